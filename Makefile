@@ -1,0 +1,47 @@
+# ShardMeter — `make demo` and `make test` each create .venv on first use.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip --disable-pip-version-check -q
+OUT    ?= out/case-study
+
+.PHONY: demo test lint typecheck pytest crds bench clean
+
+# Core install: the model, simulator, optimizer and CLI (no torch, no kopf).
+$(VENV)/.core: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -e .
+	touch $@
+
+# Full install for tests: torch's local CPU wheel first (a bare `torch` requirement would
+# pull a multi-GB CUDA build), then every extra.
+$(VENV)/.full: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install torch==2.13.0
+	$(PIP) install -e '.[operator,bench,dev]'
+	touch $(VENV)/.core $@
+
+demo: $(VENV)/.core
+	$(VENV)/bin/shardmeter plan examples/case-study.yaml --out $(OUT)
+	@echo
+	@echo "Pictures and trace written to $(OUT)/ (frontier.png, top20.png, timeline.png, trace.json — open the trace in https://ui.perfetto.dev)"
+
+lint: $(VENV)/.full
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check shardmeter operator bench-job tests
+	$(VENV)/bin/mypy shardmeter
+
+pytest: $(VENV)/.full
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+test: lint pytest
+
+crds: $(VENV)/.full
+	$(PY) -m shardmeter_operator.crdgen crds
+
+bench: $(VENV)/.core
+	$(PY) benchmarks/bench_simulator.py
+	$(PY) benchmarks/bench_optimizer.py
+
+clean:
+	rm -rf $(VENV) out build *.egg-info

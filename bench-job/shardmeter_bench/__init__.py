@@ -1,0 +1,1 @@
+"""The ShardMeter benchmark Job: profiles a GPU pool and fits cost-model coefficients."""

@@ -1,0 +1,1 @@
+"""The ShardMeter Kubernetes operator (kopf)."""

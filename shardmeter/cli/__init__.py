@@ -1,0 +1,1 @@
+"""The ``shardmeter`` command line: ``predict``, ``simulate`` and ``plan``."""

@@ -1,0 +1,61 @@
+"""Human-readable numbers and plain-text tables for CLI output."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+def seconds(value: float) -> str:
+    """0.0123 → '12.30 ms'; 5400 → '1.50 h'."""
+    if value == 0:
+        return "0"
+    if value < 1e-3:
+        return f"{value * 1e6:.1f} µs"
+    if value < 1:
+        return f"{value * 1e3:.2f} ms"
+    if value < 120:
+        return f"{value:.2f} s"
+    if value < 7200:
+        return f"{value / 60:.1f} min"
+    return f"{value / 3600:.1f} h"
+
+
+def gib(value: float) -> str:
+    return f"{value / 2**30:.1f} GiB"
+
+
+def si(value: float, unit: str = "") -> str:
+    """1.2e12 → '1.20 T' + unit."""
+    for factor, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= factor:
+            return f"{value / factor:.2f} {prefix}{unit}"
+    return f"{value:.2f} {unit}".rstrip()
+
+
+def usd(value: float) -> str:
+    return f"${value:,.0f}" if value >= 100 else f"${value:,.2f}"
+
+
+def percent(value: float) -> str:
+    return f"{100 * value:.1f} %"
+
+
+def table(
+    headers: Sequence[str], rows: Sequence[Sequence[object]], align: str | None = None
+) -> str:
+    """A plain table; ``align`` is one character per column, 'l' or 'r' (default: first left,
+    rest right)."""
+    cells = [[str(h) for h in headers]] + [[str(c) for c in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    align = align or "l" + "r" * (len(headers) - 1)
+
+    def fmt(row: list[str]) -> str:
+        parts = [
+            c.ljust(w) if a == "l" else c.rjust(w)
+            for c, w, a in zip(row, widths, align, strict=True)
+        ]
+        return "  ".join(parts).rstrip()
+
+    lines = [fmt(cells[0]), "  ".join("-" * w for w in widths)]
+    lines += [fmt(r) for r in cells[1:]]
+    return "\n".join(lines)

@@ -1,0 +1,220 @@
+"""Fitting API: turn measured samples into a coefficients document. The bench Job calls
+this (it never carries a second copy of the regression code)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
+
+import numpy as np
+
+from shardmeter import __version__
+from shardmeter.cost.coefficients import (
+    COLLECTIVES,
+    CoefficientsDocument,
+    CollectiveFit,
+    CommSample,
+    ComputeSample,
+    LinearFit,
+    LinkRole,
+    MemoryCoefficients,
+    MemorySample,
+    Samples,
+    Source,
+)
+from shardmeter.cost.features import CANDIDATE_FEATURES, Target, design_row
+from shardmeter.cost.memory import activation_bytes_per_token
+from shardmeter.cost.priors import compute_priors, link_prior
+from shardmeter.cost.regression import RelativeNNLSRegressor, RingCollectiveRegressor, mape
+from shardmeter.spec.hardware import GPUSpec, LinkSpec
+from shardmeter.spec.model import TransformerSpec
+from shardmeter.spec.training import Precision, TrainingSpec
+
+MIN_SAMPLES_PER_TARGET = 3
+
+
+def _design(
+    samples: Sequence[ComputeSample], target: Target
+) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    rows, ys, groups = [], [], []
+    for s in samples:
+        spec = TransformerSpec.model_validate(s.model)
+        rows.append(design_row(target, spec, s.micro_batch, s.seq_len, s.params_local))
+        ys.append(s.seconds)
+        groups.append(s.group or spec.name)
+    return np.vstack(rows), np.asarray(ys), groups
+
+
+def fit_compute_target(
+    samples: Sequence[ComputeSample], target: Target, cv: int = 5, random_state: int = 0
+) -> tuple[LinearFit, RelativeNNLSRegressor]:
+    """Fit one target: CV feature selection, CV MAPE and leave-one-model-out MAPE."""
+    X, y, groups = _design(samples, target)
+    names = list(CANDIDATE_FEATURES[target])
+    model = RelativeNNLSRegressor(feature_names=names, cv=cv, random_state=random_state).fit(X, y)
+    lomo: float | None = None
+    if len(set(groups)) >= 2:
+        # refit on all-but-one model (same selected features), predict the held-out model
+        preds = np.empty_like(y)
+        group_arr = np.asarray(groups)
+        selected = [names.index(f) for f in model.selected_features_]
+        for g in sorted(set(groups)):
+            held = group_arr == g
+            sub = RelativeNNLSRegressor(feature_names=[names[j] for j in selected], select="all")
+            sub.fit(X[~held][:, selected], y[~held])
+            preds[held] = sub.predict(X[held][:, selected])
+        lomo = mape(y, preds)
+    fit = LinearFit(
+        coefficients=model.coefficients(),
+        cv_mape=model.cv_mape_,
+        leave_one_model_out_mape=lomo,
+        n_samples=len(y),
+    )
+    return fit, model
+
+
+def fit_compute(
+    samples: Iterable[ComputeSample],
+    gpu: GPUSpec,
+    precision: Precision,
+    cv: int = 5,
+    random_state: int = 0,
+) -> tuple[dict[Target, LinearFit], list[str]]:
+    """Fit every target with enough samples; the rest fall back to datasheet priors (noted)."""
+    by_target: dict[Target, list[ComputeSample]] = defaultdict(list)
+    for s in samples:
+        by_target[s.target].append(s)
+    priors = compute_priors(gpu, precision)
+    fits: dict[Target, LinearFit] = {}
+    notes: list[str] = []
+    for target in Target:
+        rows = by_target.get(target, [])
+        if len(rows) >= MIN_SAMPLES_PER_TARGET:
+            fits[target], _ = fit_compute_target(rows, target, cv, random_state)
+        else:
+            fits[target] = priors[target]
+            notes.append(f"compute.{target.value}: {len(rows)} samples, using the datasheet prior")
+    return fits, notes
+
+
+def fit_communication(
+    samples: Iterable[CommSample], intra_node: LinkSpec, inter_node: LinkSpec
+) -> tuple[dict[LinkRole, dict[str, CollectiveFit]], list[str]]:
+    """L and β per (role, collective); roles without samples fall back to link priors."""
+    grouped: dict[tuple[LinkRole, str], list[CommSample]] = defaultdict(list)
+    for s in samples:
+        grouped[(s.role, s.collective)].append(s)
+    links = {LinkRole.INTRA_NODE: intra_node, LinkRole.INTER_NODE: inter_node}
+    out: dict[LinkRole, dict[str, CollectiveFit]] = {}
+    notes: list[str] = []
+    for role in LinkRole:
+        out[role] = {}
+        for collective in COLLECTIVES:
+            rows = grouped.get((role, collective), [])
+            if len(rows) >= 2:
+                X = np.array([[r.payload_bytes, r.ranks] for r in rows], dtype=np.float64)
+                y = np.array([r.seconds for r in rows])
+                reg = RingCollectiveRegressor(collective).fit(X, y)
+                out[role][collective] = CollectiveFit(
+                    latency_s=reg.latency_s_,
+                    seconds_per_byte=reg.seconds_per_byte_,
+                    mape=reg.mape_,
+                    n_samples=len(rows),
+                    link=links[role].name,
+                )
+            else:
+                out[role][collective] = link_prior(links[role])
+                notes.append(
+                    f"communication.{role.value}.{collective}: no samples, using the "
+                    f"{links[role].name} datasheet prior"
+                )
+    return out, notes
+
+
+def calibrate_memory(
+    samples: Iterable[MemorySample], precision: Precision, base: MemoryCoefficients | None = None
+) -> MemoryCoefficients:
+    """Fit ``activation_scale`` α so that α·activations + logits matches the measured peak
+    step memory (least squares on relative error, closed form)."""
+    base = base or MemoryCoefficients()
+    num = den = 0.0
+    unit = base.model_copy(update={"activation_scale": 1.0})
+    for s in samples:
+        spec = TransformerSpec.model_validate(s.model)
+        training = TrainingSpec(
+            seq_len_tokens=s.seq_len,
+            global_batch_tokens=s.seq_len,
+            precision=precision,
+            activation_checkpointing=s.activation_checkpointing,
+        )
+        tokens = s.micro_batch * s.seq_len
+        act = tokens * activation_bytes_per_token(spec, training, unit)
+        logits = tokens * spec.vocab_size * base.logits_bytes_per_element
+        w = 1.0 / s.peak_bytes**2
+        num += w * act * (s.peak_bytes - logits)
+        den += w * act * act
+    if den == 0:
+        return base
+    return base.model_copy(update={"activation_scale": max(num / den, 1e-3)})
+
+
+def fit_coefficients(
+    *,
+    gpu: GPUSpec,
+    precision: Precision,
+    intra_node: LinkSpec,
+    inter_node: LinkSpec,
+    compute: Sequence[ComputeSample] = (),
+    communication: Sequence[CommSample] = (),
+    memory: Sequence[MemorySample] = (),
+    pool: str | None = None,
+    software: dict[str, str] | None = None,
+    cv: int = 5,
+    random_state: int = 0,
+    measured_at: datetime | None = None,
+) -> CoefficientsDocument:
+    """A measured coefficients document from samples (raw samples kept for re-fitting)."""
+    compute_fits, notes = fit_compute(compute, gpu, precision, cv, random_state)
+    comm_fits, comm_notes = fit_communication(communication, intra_node, inter_node)
+    now = datetime.now(UTC)
+    return CoefficientsDocument(
+        source=Source.MEASURED,
+        gpu=gpu,
+        precision=precision,
+        pool=pool,
+        created_at=now,
+        measured_at=measured_at or now,
+        software={"shardmeter": __version__, **(software or {})},
+        compute=compute_fits,
+        communication=comm_fits,
+        memory=calibrate_memory(memory, precision),
+        notes=notes + comm_notes,
+        samples=Samples(
+            compute=list(compute), communication=list(communication), memory=list(memory)
+        ),
+    )
+
+
+def refit(
+    document: CoefficientsDocument,
+    intra_node: LinkSpec,
+    inter_node: LinkSpec,
+    cv: int = 5,
+    random_state: int = 0,
+) -> CoefficientsDocument:
+    """Fit again from the samples a document carries (e.g. after a library upgrade)."""
+    return fit_coefficients(
+        gpu=document.gpu,
+        precision=document.precision,
+        intra_node=intra_node,
+        inter_node=inter_node,
+        compute=document.samples.compute,
+        communication=document.samples.communication,
+        memory=document.samples.memory,
+        pool=document.pool,
+        software=document.software,
+        cv=cv,
+        random_state=random_state,
+        measured_at=document.measured_at,
+    )

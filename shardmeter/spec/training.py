@@ -1,0 +1,133 @@
+"""What to train and how: `TrainingSpec` (sequence, batch, budget, precision, memory knobs)
+and `StrategySpec` (FSDP, DiLoCo, Streaming DiLoCo and their knobs)."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from shardmeter.spec.base import SpecModel
+
+
+class Precision(StrEnum):
+    BF16 = "bf16"
+    FP32 = "fp32"
+
+    @property
+    def bytes(self) -> int:
+        return 2 if self is Precision.BF16 else 4
+
+
+class TrainingSpec(SpecModel):
+    """The training job's shape and budget. Defaults follow TorchTitan's FSDP2 recipe:
+    BF16 compute, FP32 sharded master parameters, FP32 gradient reduction, AdamW."""
+
+    seq_len_tokens: int = Field(ge=1, le=1_048_576)
+    """Tokens per sequence s."""
+    global_batch_tokens: int = Field(ge=1, le=10**12)
+    """Tokens per optimizer step summed over all islands (a multiple of seq_len_tokens)."""
+    total_tokens: int = Field(default=10**9, ge=1, le=10**16)
+    """Tokens to train on; sets wall-clock time and cost."""
+    precision: Precision = Precision.BF16
+    """Compute precision (bf16 with FP32 master weights, or pure fp32)."""
+    activation_checkpointing: bool = False
+    """Recompute each block's activations in the backward pass (full AC)."""
+    master_param_bytes: int = Field(default=4, ge=1, le=8)
+    """Bytes per sharded parameter kept between steps."""
+    grad_reduce_bytes: int = Field(default=4, ge=1, le=8)
+    """Bytes per gradient element in reduce_scatter (FSDP2 reduce_dtype)."""
+    optimizer_state_bytes_per_param: float = Field(default=8.0, ge=0, le=64)
+    """Optimizer state per parameter (AdamW: two FP32 moments = 8)."""
+
+    @model_validator(mode="after")
+    def _whole_sequences(self) -> TrainingSpec:
+        if self.global_batch_tokens % self.seq_len_tokens:
+            nearest = max(1, round(self.global_batch_tokens / self.seq_len_tokens))
+            raise ValueError(
+                f"globalBatchTokens ({self.global_batch_tokens}) must be a multiple of "
+                f"seqLenTokens ({self.seq_len_tokens}); e.g. {nearest * self.seq_len_tokens}"
+            )
+        return self
+
+    @property
+    def global_batch_sequences(self) -> int:
+        return self.global_batch_tokens // self.seq_len_tokens
+
+    @property
+    def compute_bytes(self) -> int:
+        return self.precision.bytes
+
+
+class StrategyKind(StrEnum):
+    FSDP = "fsdp"
+    DILOCO = "diloco"
+    STREAMING_DILOCO = "streaming-diloco"
+
+
+Auto = Literal["auto"]
+
+
+class StrategySpec(SpecModel):
+    """Parallelisation strategy. FSDP inside each island; DiLoCo / Streaming DiLoCo across
+    islands with torchft's knobs: ``syncEvery`` (H), ``fragments`` (P) and
+    ``fragmentSyncDelay`` (τ). torchft requires H % P == 0 and τ < H / P."""
+
+    kind: StrategyKind = StrategyKind.STREAMING_DILOCO
+    """fsdp (one island), diloco (blocking outer step) or streaming-diloco."""
+    sync_every: int | Auto = Field(default="auto", json_schema_extra={"x-int-or-auto": True})
+    """Inner steps per outer step H, or auto (smallest candidate with zero blocking)."""
+    fragments: int | Auto = Field(default="auto", json_schema_extra={"x-int-or-auto": True})
+    """Streaming DiLoCo fragments P, or auto (fewest with zero blocking)."""
+    fragment_sync_delay: int | Auto = Field(
+        default="auto", json_schema_extra={"x-int-or-auto": True}
+    )
+    """Steps τ between starting a fragment's all_reduce and needing it, or auto."""
+    fragment_layout: Literal["contiguous", "strided"] = "contiguous"
+    """contiguous: fragment j holds blocks [j·L/P, (j+1)·L/P); strided: blocks j, j+P, …"""
+    outer_precision: Precision = Precision.FP32
+    """Precision of the pseudo-gradient all_reduce (torchft sends FP32 unless quantising)."""
+    outer_state_on_gpu: bool = False
+    """Keep DiLoCo's outer parameter copy and momentum on the GPU (torchft keeps them on CPU)."""
+
+    @model_validator(mode="after")
+    def _torchft_rules(self) -> StrategySpec:
+        for field in ("sync_every", "fragments"):
+            value = getattr(self, field)
+            if isinstance(value, int) and value < 1:
+                raise ValueError(f"{_camel(field)} must be ≥ 1 or 'auto' (got {value})")
+        delay = self.fragment_sync_delay
+        if isinstance(delay, int) and delay < 0:
+            raise ValueError(f"fragmentSyncDelay must be ≥ 0 or 'auto' (got {delay})")
+        if self.kind is StrategyKind.DILOCO:
+            if isinstance(self.fragments, int) and self.fragments != 1:
+                raise ValueError(
+                    "fragments must be 1 for blocking diloco; use kind: streaming-diloco"
+                )
+            if isinstance(delay, int) and delay != 0:
+                raise ValueError(
+                    "fragmentSyncDelay must be 0 for blocking diloco; use kind: streaming-diloco"
+                )
+        h, p = self.sync_every, self.fragments
+        if isinstance(h, int) and isinstance(p, int):
+            if h % p:
+                raise ValueError(
+                    f"syncEvery ({h}) must be a multiple of fragments ({p}) (torchft rule); "
+                    f"try syncEvery {h + (p - h % p)} or fragments that divide {h}"
+                )
+            if isinstance(delay, int) and delay >= h // p:
+                raise ValueError(
+                    f"fragmentSyncDelay ({delay}) must be < syncEvery / fragments = {h // p} "
+                    "(torchft rule); lower the delay or the fragment count"
+                )
+        return self
+
+    @property
+    def is_diloco(self) -> bool:
+        return self.kind is not StrategyKind.FSDP
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(w.title() for w in rest)

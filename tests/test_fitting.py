@@ -1,0 +1,216 @@
+"""Fitting recovers known coefficients from synthetic data; documents round-trip."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from shardmeter.cost.coefficients import (
+    CoefficientsDocument,
+    CommSample,
+    ComputeSample,
+    LinkRole,
+    MemorySample,
+    Source,
+)
+from shardmeter.cost.features import CANDIDATE_FEATURES, Target, feature_values
+from shardmeter.cost.fitting import calibrate_memory, fit_coefficients, fit_compute_target, refit
+from shardmeter.cost.memory import activation_bytes_per_token
+from shardmeter.cost.priors import prior_coefficients
+from shardmeter.cost.regression import ring_seconds
+from shardmeter.errors import SpecError
+from shardmeter.spec.hardware import GPU_PRESETS, LINK_PRESETS
+from shardmeter.spec.model import TransformerSpec
+from shardmeter.spec.training import Precision, TrainingSpec
+
+GPU = GPU_PRESETS["a100-80gb-sxm"]
+NVLINK, IB = LINK_PRESETS["nvlink3"], LINK_PRESETS["ib-hdr"]
+
+
+def random_shapes(n: int, seed: int = 0) -> list[TransformerSpec]:
+    rng = np.random.default_rng(seed)
+    shapes = []
+    for k in range(n):
+        kv = int(rng.choice([4, 8]))
+        heads = kv * int(rng.choice([2, 4]))
+        shapes.append(
+            TransformerSpec(
+                name=f"shape{k}",
+                hidden_size=heads * 64 * int(rng.integers(1, 3)),
+                num_layers=int(rng.integers(16, 33)),
+                num_attention_heads=heads,
+                num_key_value_heads=kv,
+                intermediate_size=int(rng.integers(2560, 24577)),
+                vocab_size=int(rng.integers(32000, 130000)),
+            )
+        )
+    return shapes
+
+
+def synthetic_compute(
+    truth: dict[str, float], target: Target, n: int = 40, seed: int = 0
+) -> list[ComputeSample]:
+    rng = np.random.default_rng(seed)
+    samples = []
+    for spec in random_shapes(n, seed):
+        b, s = int(rng.integers(1, 9)), int(rng.choice([512, 1024, 2048, 4096]))
+        values = feature_values(spec, b, s, params_local=float(rng.uniform(1e6, 1e9)))
+        seconds = sum(c * values[f] for f, c in truth.items())
+        samples.append(
+            ComputeSample(
+                target=target,
+                model=spec.model_dump(by_alias=False),
+                micro_batch=b,
+                seq_len=s,
+                params_local=values["p_local"],
+                seconds=seconds,
+                group=spec.name,
+            )
+        )
+    return samples
+
+
+@pytest.mark.parametrize(
+    "target",
+    [
+        Target.BLOCK_FORWARD,
+        Target.BLOCK_BACKWARD,
+        Target.HEAD_FORWARD,
+        Target.EMBEDDING_BACKWARD,
+        Target.OPTIMIZER_STEP,
+    ],
+)
+def test_fit_recovers_known_coefficients_within_one_percent(target: Target) -> None:
+    truth = prior_coefficients(GPU, NVLINK, IB).compute[target].coefficients
+    fit, model = fit_compute_target(synthetic_compute(truth, target), target)
+    assert set(fit.coefficients) == set(truth)
+    for feature, value in truth.items():
+        assert fit.coefficients[feature] == pytest.approx(value, rel=0.01), feature
+    assert fit.cv_mape is not None and fit.cv_mape < 1e-6
+    assert fit.leave_one_model_out_mape is not None and fit.leave_one_model_out_mape < 1e-6
+    assert model.selected_features_ == [f for f in CANDIDATE_FEATURES[target] if f in truth]
+
+
+def test_feature_selection_drops_irrelevant_features_under_noise() -> None:
+    truth = {"t_h_q": 2e-12, "t_h_i": 1e-12, "one": 1e-4}
+    samples = synthetic_compute(truth, Target.BLOCK_FORWARD, n=80, seed=3)
+    rng = np.random.default_rng(1)
+    noisy = [
+        s.model_copy(update={"seconds": s.seconds * (1 + rng.normal(0, 0.02))}) for s in samples
+    ]
+    fit, _ = fit_compute_target(noisy, Target.BLOCK_FORWARD)
+    assert {"t_h_q", "t_h_i"} <= set(fit.coefficients)
+    assert fit.cv_mape is not None and fit.cv_mape < 0.05
+
+
+def comm_samples(role: LinkRole, latency: float, spb: float) -> list[CommSample]:
+    out = []
+    for coll in ("all_gather", "reduce_scatter", "all_reduce"):
+        for p in (2, 4, 8):
+            for d in np.geomspace(1024, 150 * 2**20, 12):
+                out.append(
+                    CommSample(
+                        collective=coll,
+                        role=role,
+                        payload_bytes=float(d),
+                        ranks=p,
+                        seconds=ring_seconds(coll, float(d), p, latency, spb),
+                    )
+                )
+    return out
+
+
+def test_collective_fit_recovers_latency_and_bandwidth() -> None:
+    doc = fit_coefficients(
+        gpu=GPU,
+        precision=Precision.BF16,
+        intra_node=NVLINK,
+        inter_node=IB,
+        communication=comm_samples(LinkRole.INTRA_NODE, 8e-6, 1 / 250e9),
+    )
+    for coll, fit in doc.communication[LinkRole.INTRA_NODE].items():
+        assert fit.latency_s == pytest.approx(8e-6, rel=0.01), coll
+        assert fit.seconds_per_byte == pytest.approx(1 / 250e9, rel=0.01), coll
+    # no inter-node samples: datasheet prior, and the document says so
+    assert doc.communication[LinkRole.INTER_NODE]["all_gather"].n_samples == 0
+    assert any("inter_node.all_gather" in n for n in doc.notes)
+
+
+def test_memory_calibration_recovers_activation_scale() -> None:
+    samples = []
+    base = calibrate_memory([], Precision.BF16)
+    for spec in random_shapes(6, seed=5):
+        t = TrainingSpec(seq_len_tokens=1024, global_batch_tokens=1024)
+        tokens = 2 * 1024
+        act = tokens * activation_bytes_per_token(spec, t, base) * 0.8
+        logits = tokens * spec.vocab_size * base.logits_bytes_per_element
+        samples.append(
+            MemorySample(
+                model=spec.model_dump(by_alias=False),
+                micro_batch=2,
+                seq_len=1024,
+                ranks=1,
+                peak_bytes=act + logits,
+            )
+        )
+    assert calibrate_memory(samples, Precision.BF16).activation_scale == pytest.approx(
+        0.8, rel=1e-6
+    )
+
+
+def measured_doc() -> CoefficientsDocument:
+    truth = prior_coefficients(GPU, NVLINK, IB).compute[Target.BLOCK_FORWARD].coefficients
+    return fit_coefficients(
+        gpu=GPU,
+        precision=Precision.BF16,
+        intra_node=NVLINK,
+        inter_node=IB,
+        compute=synthetic_compute(truth, Target.BLOCK_FORWARD, n=12),
+        communication=comm_samples(LinkRole.INTRA_NODE, 5e-6, 1e-11),
+        pool="pool-a",
+        software={"torch": "2.13.0"},
+    )
+
+
+def test_document_round_trips_through_file_and_configmap(tmp_path: Path) -> None:
+    doc = measured_doc()
+    assert doc.source is Source.MEASURED and doc.measured_at is not None
+    assert doc.fit_mape() is not None
+    path = doc.write(tmp_path / "c.json")
+    assert CoefficientsDocument.read(path) == doc
+    data = doc.to_configmap_data()
+    assert all(isinstance(k, str) and isinstance(v, str) for k, v in data.items())
+    assert data["source"] == "measured" and data["gpu"] == GPU.name
+    assert CoefficientsDocument.from_configmap_data(data) == doc
+    assert len(data["coefficients.json"]) < 1_000_000  # fits a ConfigMap
+
+
+def test_refit_from_carried_samples_reproduces_the_fit() -> None:
+    doc = measured_doc()
+    again = refit(doc, NVLINK, IB)
+    assert again.compute == doc.compute and again.communication == doc.communication
+
+
+def test_bad_documents_name_the_problem(tmp_path: Path) -> None:
+    doc = measured_doc()
+    raw = json.loads(doc.to_json())
+    raw["schema_version"] = 7
+    with pytest.raises(SpecError, match="unsupported version 7"):
+        CoefficientsDocument.from_dict(raw)
+    raw = json.loads(doc.to_json())
+    del raw["compute"]["head.backward"]
+    with pytest.raises(SpecError, match=r"missing for head\.backward"):
+        CoefficientsDocument.from_dict(raw)
+    raw = json.loads(doc.to_json())
+    raw["compute"]["block.forward"]["coefficients"]["t_h_q"] = -1.0
+    with pytest.raises(SpecError, match="must be ≥ 0"):
+        CoefficientsDocument.from_dict(raw)
+    with pytest.raises(SpecError, match=r"has no .coefficients\.json. key"):
+        CoefficientsDocument.from_configmap_data({"other": "x"})
+    bad = tmp_path / "bad.json"
+    bad.write_text("{nope")
+    with pytest.raises(SpecError, match="not valid JSON"):
+        CoefficientsDocument.read(bad)
