@@ -23,9 +23,7 @@ from shardmeter.spec.training import Precision, TrainingSpec
 
 def add_model_pool_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("model and hardware")
-    g.add_argument(
-        "--model", required=True, help="model preset (e.g. llama-3.1-8b) or YAML/JSON file"
-    )
+    g.add_argument("--model", help="model preset (e.g. llama-3.1-8b) or YAML/JSON file (required)")
     g.add_argument(
         "--gpu",
         help="GPU preset (e.g. h200-141gb-sxm) or file; default: the coefficients file's device",
@@ -62,6 +60,8 @@ def _positive(args: argparse.Namespace, *names: str) -> None:
 def build_cost_model(args: argparse.Namespace, global_batch_tokens: int | None = None) -> CostModel:
     """The CostModel the arguments describe; the island must fit inside the pool."""
     _positive(args, "nodes", "gpus_per_node", "seq_len", "micro_batch")
+    if not args.model:
+        raise SpecError("--model", "is required")
     model = model_from_arg(args.model)
     coefficients = CoefficientsDocument.read(args.coefficients) if args.coefficients else None
     if args.pool:

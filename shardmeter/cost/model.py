@@ -16,6 +16,9 @@ from shardmeter.spec.hardware import GPUSpec, PoolSpec
 from shardmeter.spec.model import TransformerSpec
 from shardmeter.spec.training import TrainingSpec
 
+HOST_LINK_BYTES_PER_S = 25e9
+"""Achievable GPU↔host copy bandwidth (PCIe 4.0 x16, pinned memory); conservative for PCIe 5."""
+
 
 @dataclass(frozen=True)
 class UnitTimes:
@@ -160,6 +163,21 @@ class CostModel:
     def payloads(self) -> UnitPayloads:
         m = self.model
         return UnitPayloads(m.params_embedding, m.params_per_block, m.params_head)
+
+    def outer_step_seconds(self, fragment_params: int, ranks: int, state_on_gpu: bool) -> float:
+        """DiLoCo outer optimizer step (Nesterov SGD) and merge for one fragment on one rank.
+
+        Estimated with the optimizer-step regression at the fragment's parameters per rank
+        (outer SGD with momentum moves fewer bytes than AdamW, so this errs long). When the
+        outer state lives on the CPU (torchft's default) the fragment's FP32 parameters also
+        cross PCIe to the host and back, at ``HOST_LINK_BYTES_PER_S``.
+        """
+        local = fragment_params / ranks
+        values = feature_values(self.model, 0, 0, params_local=local)
+        seconds = self._predict(Target.OPTIMIZER_STEP, values)
+        if not state_on_gpu:
+            seconds += 2 * 4 * local / HOST_LINK_BYTES_PER_S
+        return seconds
 
     # ---- memory ---------------------------------------------------------------------------
     def memory(

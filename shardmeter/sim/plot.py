@@ -1,0 +1,207 @@
+"""PNG timelines in the style of the paper's Figs. 1, 3 and 6 and a batch-size sweep
+(Figs. 3/4). Matplotlib with the Agg backend; imported lazily (it is slow to import)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from shardmeter.sim.engine import Kind, Schedule
+
+LEGEND: dict[str, str] = {
+    "all_gather": "#d62728",  # red, as in the paper
+    "reduce_scatter": "#ff7f0e",  # orange
+    "forward": "#6fa8e6",  # light blue
+    "backward / inner step": "#1f5fa8",  # blue
+    "optimizer / outer step": "#0b2e59",
+    "outer all_reduce": "#2ca02c",  # green
+    "blocked on outer all_reduce": "#7f0000",
+}
+LABEL: dict[Kind, str] = {
+    Kind.ALL_GATHER: "all_gather",
+    Kind.REDUCE_SCATTER: "reduce_scatter",
+    Kind.FORWARD: "forward",
+    Kind.BACKWARD: "backward / inner step",
+    Kind.INNER_STEP: "backward / inner step",
+    Kind.OPTIMIZER: "optimizer / outer step",
+    Kind.OUTER_STEP: "optimizer / outer step",
+    Kind.OUTER_ALL_REDUCE: "outer all_reduce",
+}
+BLOCKED = "blocked on outer all_reduce"
+
+
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+@dataclass(frozen=True)
+class _Bar:
+    row: str
+    start_s: float
+    dur_s: float
+    label: str
+
+
+def _bars(
+    schedule: Schedule, window: tuple[float, float], inner: Mapping[int, Schedule] | None
+) -> tuple[list[str], list[_Bar]]:
+    g = schedule.graph
+    rows: list[str] = []
+    bars: list[_Bar] = []
+    lo, hi = window
+
+    def row(name: str) -> str:
+        if name not in rows:
+            rows.append(name)
+        return name
+
+    for sid, sname in enumerate(g.stream_names):
+        expand = inner is not None and any(
+            g.kind[i] is Kind.INNER_STEP and g.group[i] in inner for i in schedule.stream_tasks(sid)
+        )
+        base = sname.rpartition("/")[0] or sname
+        if expand:
+            row(f"{base}/compute")
+            row(f"{base}/comm")
+        else:
+            row(sname)
+        for i in schedule.stream_tasks(sid):
+            s, e = schedule.start[i], schedule.end[i]
+            if e < lo or s > hi:
+                continue
+            if expand and g.kind[i] is Kind.INNER_STEP and inner is not None:
+                sub = inner[g.group[i]]
+                sg = sub.graph
+                for k in range(len(sg)):
+                    target = (
+                        f"{base}/comm"
+                        if sg.kind[k].category.value == "communication"
+                        else f"{base}/compute"
+                    )
+                    bars.append(_Bar(target, s + sub.start[k], sg.duration[k], LABEL[sg.kind[k]]))
+            else:
+                bars.append(
+                    _Bar(
+                        row(f"{base}/compute") if expand else sname,
+                        s,
+                        g.duration[i],
+                        LABEL[g.kind[i]],
+                    )
+                )
+        for gap in schedule.idle(
+            sid, until_s=max((schedule.end[i] for i in schedule.stream_tasks(sid)), default=0)
+        ):
+            if (
+                gap.task >= 0
+                and g.kind[gap.task] is Kind.OUTER_ALL_REDUCE
+                and gap.end_s >= lo
+                and gap.start_s <= hi
+            ):
+                bars.append(
+                    _Bar(f"{base}/compute" if expand else sname, gap.start_s, gap.seconds, BLOCKED)
+                )
+    return rows, bars
+
+
+def plot_timeline(
+    schedule: Schedule,
+    path: str | Path,
+    title: str = "",
+    window: tuple[float, float] | None = None,
+    inner: Mapping[int, Schedule] | None = None,
+) -> Path:
+    """Draw ``schedule`` (optionally only ``window`` seconds). ``inner`` maps an island
+    index to its FSDP step schedule: inner steps are then drawn with their all_gathers,
+    reduce_scatters and forward/backward passes, as in the paper's Fig. 6."""
+    plt = _pyplot()
+    from matplotlib.patches import Patch
+
+    window = window or (0.0, schedule.makespan_s)
+    rows, bars = _bars(schedule, window, inner)
+    fig, ax = plt.subplots(figsize=(12, 0.45 * len(rows) + 2.0), layout="constrained")
+    y = {name: idx for idx, name in enumerate(rows)}
+    scale, unit = (1e3, "ms") if window[1] - window[0] < 2 else (1.0, "s")
+    separate = len(bars) < 400  # thin white edges between tasks, unless they would drown them
+    for bar in bars:
+        blocked = bar.label == BLOCKED
+        ax.broken_barh(
+            [(bar.start_s * scale, bar.dur_s * scale)],
+            (y[bar.row] - 0.4, 0.8),
+            facecolors=LEGEND[bar.label],
+            edgecolor=LEGEND[BLOCKED] if blocked else ("white" if separate else "none"),
+            linewidth=0.3 if separate or blocked else 0,
+            hatch="///" if blocked else None,
+        )
+    ax.set_yticks(range(len(rows)), rows)
+    ax.invert_yaxis()
+    ax.set_xlim(window[0] * scale, window[1] * scale)
+    ax.set_xlabel(f"time ({unit})")
+    if title:
+        ax.set_title(title, fontsize=10)
+    present = {b.label for b in bars}
+    handles = [
+        Patch(facecolor=colour, label=label, hatch="///" if label == BLOCKED else None)
+        for label, colour in LEGEND.items()
+        if label in present
+    ]
+    if handles:
+        fig.legend(
+            handles=handles,
+            loc="outside lower center",
+            ncol=min(len(handles), 7),
+            fontsize=8,
+            frameon=False,
+        )
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(target, dpi=120)
+    plt.close(fig)
+    return target
+
+
+@dataclass(frozen=True)
+class SweepPoint:
+    micro_batch: int
+    step_s: float
+    compute_idle_fraction: float
+    tokens_per_s: float
+    fits: bool
+
+
+def plot_batch_sweep(points: Sequence[SweepPoint], path: str | Path, title: str = "") -> Path:
+    """Step time and compute idle fraction versus micro-batch (paper Figs. 3 and 4); points
+    that exceed GPU memory are drawn hollow, as the paper greys them."""
+    plt = _pyplot()
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4), layout="constrained")
+    b = [p.micro_batch for p in points]
+    for ax, values, label in (
+        (ax1, [p.step_s for p in points], "step time (s)"),
+        (ax2, [100 * p.compute_idle_fraction for p in points], "compute idle (%)"),
+    ):
+        ax.plot(b, values, color="#1f77b4", linewidth=1)
+        for p, v in zip(points, values, strict=True):
+            ax.scatter(
+                [p.micro_batch],
+                [v],
+                color="#1f77b4" if p.fits else "white",
+                edgecolors="#1f77b4",
+                zorder=3,
+            )
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("micro-batch (sequences per GPU)")
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(target, dpi=120)
+    plt.close(fig)
+    return target

@@ -1,0 +1,181 @@
+"""Compose the cost model with the simulators: an island's step time at any gradient
+accumulation, and the DiLoCo level across islands with settings resolved from the strategy.
+Shared by ``shardmeter simulate``, the optimizer and the operator."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from functools import cached_property
+
+from shardmeter.cost.model import CostModel
+from shardmeter.sim.diloco import (
+    DiLoCoResult,
+    IslandSteps,
+    StreamingSettings,
+    fragment_params,
+    simulate_diloco,
+)
+from shardmeter.sim.fsdp import DEFAULT_MAX_INFLIGHT, FSDPDurations, StepResult, simulate_fsdp_step
+from shardmeter.sim.outer import OuterLink
+from shardmeter.sim.settings import (
+    SettingsChoice,
+    choose_blocking_sync_every,
+    choose_sync_every,
+    search_settings,
+)
+from shardmeter.spec.model import TransformerSpec
+from shardmeter.spec.training import StrategyKind, StrategySpec
+
+
+@dataclass(frozen=True)
+class IslandShape:
+    """N nodes × G GPUs per node of one pool."""
+
+    nodes: int
+    gpus_per_node: int
+
+    @property
+    def ranks(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+    def __str__(self) -> str:
+        return f"{self.nodes}×{self.gpus_per_node}"
+
+
+class IslandStepModel:
+    """Step time of one island shape at one micro-batch, for any accumulation A.
+
+    The FSDP graph of A micro-steps repeats the same micro-step pattern, so once the
+    pipeline is primed every extra micro-step adds the same time: T(A) = T(1) + (A−1)·Δ with
+    Δ = T(2) − T(1). Two simulations give every A exactly (a test checks this against full
+    simulations for random durations); the optimizer relies on it to stay fast.
+    """
+
+    def __init__(
+        self,
+        cm: CostModel,
+        shape: IslandShape,
+        micro_batch: int,
+        max_inflight: int = DEFAULT_MAX_INFLIGHT,
+    ) -> None:
+        self.cm = cm
+        self.shape = shape
+        self.micro_batch = micro_batch
+        self.max_inflight = max_inflight
+        self.durations = FSDPDurations.from_cost_model(
+            cm, shape.nodes, shape.gpus_per_node, micro_batch
+        )
+
+    @cached_property
+    def _one(self) -> StepResult:
+        return simulate_fsdp_step(self.durations, 1, self.max_inflight)
+
+    @cached_property
+    def increment_s(self) -> float:
+        return simulate_fsdp_step(self.durations, 2, self.max_inflight).step_s - self._one.step_s
+
+    def step_s(self, accumulation: int) -> float:
+        return self._one.step_s + (accumulation - 1) * self.increment_s
+
+    def simulate(self, accumulation: int) -> StepResult:
+        return simulate_fsdp_step(self.durations, accumulation, self.max_inflight)
+
+    def tokens_per_step(self, accumulation: int) -> int:
+        return accumulation * self.micro_batch * self.shape.ranks * self.cm.training.seq_len_tokens
+
+    def mfu(self, accumulation: int) -> float:
+        flops = accumulation * self.cm.model_flops_per_micro_step(self.micro_batch)
+        return flops / (self.step_s(accumulation) * self.cm.peak_flop_per_s)
+
+
+@dataclass(frozen=True)
+class DiLoCoIsland:
+    """An island at the DiLoCo level: its cost model, shape and inner step time."""
+
+    name: str
+    cm: CostModel
+    shape: IslandShape
+    step_s: float
+
+
+@dataclass(frozen=True)
+class DiLoCoOutcome:
+    choice: SettingsChoice
+    result: DiLoCoResult
+    link: OuterLink
+    fragment_all_reduce_s: tuple[float, ...]
+
+
+def fragment_all_reduce_seconds(
+    model: TransformerSpec, strategy: StrategySpec, link: OuterLink, islands: int, fragments: int
+) -> list[float]:
+    payload = [
+        p * strategy.outer_precision.bytes
+        for p in fragment_params(model, fragments, strategy.fragment_layout)
+    ]
+    return [link.all_reduce_seconds(d, islands) for d in payload]
+
+
+def resolve_settings(
+    model: TransformerSpec, strategy: StrategySpec, link: OuterLink, islands: int, step_s: float
+) -> SettingsChoice:
+    """Concrete H, F, τ for ``strategy`` (``auto`` values searched, fixed ones honoured)."""
+
+    def all_reduce(f: int) -> list[float]:
+        return fragment_all_reduce_seconds(model, strategy, link, islands, f)
+
+    h = strategy.sync_every if isinstance(strategy.sync_every, int) else None
+    if strategy.kind is StrategyKind.DILOCO:
+        if h is None:
+            h = choose_blocking_sync_every(step_s, all_reduce(1)[0])
+        return search_settings(h, step_s, all_reduce, 1, fragments=1, delay=0)
+    f = strategy.fragments if isinstance(strategy.fragments, int) else None
+    tau = strategy.fragment_sync_delay if isinstance(strategy.fragment_sync_delay, int) else None
+    if h is None:
+        choice = choose_sync_every(step_s, all_reduce, model.num_layers, f, tau)
+    else:
+        choice = search_settings(h, step_s, all_reduce, model.num_layers, f, tau)
+    if choice.zero_blocking or (f is None and tau is None):
+        return choice
+    # the user's fixed values block: say what the free search would pick instead
+    free = (
+        search_settings(h, step_s, all_reduce, model.num_layers)
+        if h is not None
+        else choose_sync_every(step_s, all_reduce, model.num_layers)
+    )
+    advice = (
+        f"recommended instead: syncEvery {free.sync_every}, fragments {free.fragments}, "
+        f"fragmentSyncDelay {free.delay}"
+        + ("" if free.zero_blocking else f" ({free.blocking_s_per_outer_step:.3g} s blocking)")
+    )
+    return replace(choice, reason=f"{choice.reason}; {advice}", recommended=free)
+
+
+def simulate_islands(
+    model: TransformerSpec,
+    strategy: StrategySpec,
+    islands: Sequence[DiLoCoIsland],
+    link: OuterLink,
+    choice: SettingsChoice | None = None,
+    rounds: int = 3,
+) -> DiLoCoOutcome:
+    """Resolve settings (unless given) against the slowest island and simulate the DiLoCo level."""
+    slowest = max(isl.step_s for isl in islands)
+    choice = choice or resolve_settings(model, strategy, link, len(islands), slowest)
+    settings = StreamingSettings(choice.sync_every, choice.fragments, choice.delay)
+    frags = fragment_params(model, choice.fragments, strategy.fragment_layout)
+    ar = fragment_all_reduce_seconds(model, strategy, link, len(islands), choice.fragments)
+    steps = [
+        IslandSteps(
+            isl.name,
+            isl.step_s,
+            tuple(
+                isl.cm.outer_step_seconds(p, isl.shape.ranks, strategy.outer_state_on_gpu)
+                for p in frags
+            ),
+        )
+        for isl in islands
+    ]
+    result = simulate_diloco(steps, settings, ar, rounds)
+    return DiLoCoOutcome(choice, result, link, tuple(ar))

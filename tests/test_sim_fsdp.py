@@ -1,0 +1,169 @@
+"""FSDP step graphs: golden timelines worked out by hand, accumulation, prefetch bound,
+linearity in accumulation, and trace determinism."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from shardmeter.cost.model import CostModel
+from shardmeter.sim.engine import Kind
+from shardmeter.sim.fsdp import FSDPDurations, build_fsdp_step, simulate_fsdp_step
+from shardmeter.sim.scenario import IslandShape, IslandStepModel
+from shardmeter.sim.trace import trace_json
+from shardmeter.spec.hardware import PoolSpec
+from shardmeter.spec.model import MODEL_PRESETS
+from shardmeter.spec.training import TrainingSpec
+
+
+def two_units(fwd: float, bwd: float, ag: float, rs: float, opt: float) -> FSDPDurations:
+    return FSDPDurations(("A", "B"), (fwd, fwd), (bwd, bwd), (ag, ag), (rs, rs), opt)
+
+
+def times(r: object) -> dict[str, tuple[float, float]]:
+    s = r.schedule  # type: ignore[attr-defined]
+    return {s.graph.name[i]: (s.start[i], s.end[i]) for i in range(len(s.graph))}
+
+
+def test_golden_compute_bound() -> None:
+    r = simulate_fsdp_step(two_units(fwd=2, bwd=4, ag=1, rs=1, opt=1))
+    assert times(r) == {
+        "all_gather A": (0, 1),
+        "all_gather B": (1, 2),
+        "forward A": (1, 3),
+        "forward B": (3, 5),
+        "all_gather B (bwd)": (3, 4),
+        "all_gather A (bwd)": (5, 6),
+        "backward B": (5, 9),
+        "reduce_scatter B": (9, 10),
+        "backward A": (9, 13),
+        "reduce_scatter A": (13, 14),
+        "optimizer step": (14, 15),
+    }
+    assert r.step_s == 15 and r.verdict == "compute-bound"
+    assert r.compute_idle_s == {"all_gather": 1.0, "reduce_scatter": 1.0}
+    assert r.compute_busy_s == 13 and r.comm_busy_s == 6
+
+
+def test_golden_communication_bound() -> None:
+    r = simulate_fsdp_step(two_units(fwd=1, bwd=1, ag=3, rs=3, opt=0))
+    t = times(r)
+    assert t["all_gather B (bwd)"] == (6, 9) and t["all_gather A (bwd)"] == (9, 12)
+    assert t["reduce_scatter B"] == (12, 15) and t["reduce_scatter A"] == (15, 18)
+    assert r.step_s == 18 and r.verdict == "communication-bound"
+    assert r.compute_idle_s == {"all_gather": 9.0, "reduce_scatter": 5.0}
+
+
+def test_accumulation_skips_reduce_scatter_but_keeps_all_gather() -> None:
+    d = two_units(fwd=2, bwd=4, ag=1, rs=1, opt=1)
+    g = build_fsdp_step(d, accumulation=2)
+    kinds = [(g.kind[i], g.group[i]) for i in range(len(g))]
+    assert kinds.count((Kind.REDUCE_SCATTER, 0)) == 0 and kinds.count((Kind.REDUCE_SCATTER, 1)) == 2
+    assert (
+        sum(1 for k, _ in kinds if k is Kind.ALL_GATHER) == 8
+    )  # 2 units × fwd/bwd × 2 micro-steps
+    r = simulate_fsdp_step(d, accumulation=2)
+    t = times(r)
+    # micro-step 1's forward all_gather of B waits until micro-step 0's backward of A freed a buffer
+    assert t["all_gather B[1]"] == (13, 14) and t["forward B[1]"] == (15, 17)
+    assert r.step_s == 27
+
+
+def test_prefetch_bound() -> None:
+    d = two_units(fwd=2, bwd=4, ag=1, rs=1, opt=1)
+    one = simulate_fsdp_step(d, max_inflight=1)
+    t = times(one)
+    assert t["all_gather B"] == (3, 4)  # cannot prefetch: waits for forward A to free its unit
+    assert one.step_s == 18
+    assert simulate_fsdp_step(d, max_inflight=2).step_s == 15
+    three = simulate_fsdp_step(d, max_inflight=3)
+    assert times(three)["all_gather B (bwd)"] == (2, 3) and three.step_s == 15
+    for k in (1, 2, 3):  # invariant: the j-th gather starts after the (j−k)-th consumer ended
+        s = simulate_fsdp_step(d, accumulation=2, max_inflight=k).schedule
+        gathers = [i for i in range(len(s.graph)) if s.graph.kind[i] is Kind.ALL_GATHER]
+        consumers = [
+            next(
+                c
+                for c in range(len(s.graph))
+                if g in s.graph.deps[c] and s.graph.kind[c] in (Kind.FORWARD, Kind.BACKWARD)
+            )
+            for g in gathers
+        ]
+        for j in range(k, len(gathers)):
+            assert s.start[gathers[j]] >= s.end[consumers[j - k]]
+
+
+durations = st.floats(0, 5, allow_nan=False)
+
+
+@st.composite
+def fsdp_durations(draw: st.DrawFn) -> FSDPDurations:
+    n = draw(st.integers(1, 6))
+    cols = [tuple(draw(st.lists(durations, min_size=n, max_size=n))) for _ in range(4)]
+    return FSDPDurations(tuple(f"u{i}" for i in range(n)), *cols, draw(durations))
+
+
+@given(fsdp_durations(), st.integers(1, 3), st.integers(1, 6))
+def test_step_time_is_exactly_linear_in_accumulation(d: FSDPDurations, k: int, a: int) -> None:
+    t1, t2 = simulate_fsdp_step(d, 1, k).step_s, simulate_fsdp_step(d, 2, k).step_s
+    assert simulate_fsdp_step(d, a, k).step_s == pytest.approx(
+        t1 + (a - 1) * (t2 - t1), rel=1e-9, abs=1e-9
+    )
+
+
+@given(fsdp_durations(), st.integers(1, 3))
+def test_step_bounds(d: FSDPDurations, a: int) -> None:
+    r = simulate_fsdp_step(d, a)
+    g = r.schedule.graph
+    assert r.step_s >= r.compute_busy_s - 1e-9 and r.step_s >= r.comm_busy_s - 1e-9
+    assert r.step_s <= sum(g.duration) + 1e-9
+
+
+@given(fsdp_durations())
+def test_trace_is_byte_identical(d: FSDPDurations) -> None:
+    a, b = (
+        trace_json(simulate_fsdp_step(d, 2).schedule),
+        trace_json(simulate_fsdp_step(d, 2).schedule),
+    )
+    assert a == b
+    events = json.loads(a)["traceEvents"]
+    colours = {e["cat"]: e["cname"] for e in events if e["ph"] == "X"}
+    assert (
+        colours.get("all_gather", "bad") == "bad"
+        and colours.get("reduce_scatter", "thread_state_iowait") == "thread_state_iowait"
+    )
+
+
+def test_island_step_model_matches_full_simulation() -> None:
+    m = MODEL_PRESETS["llama-3.2-1b"]
+    cm = CostModel(
+        m,
+        TrainingSpec(seq_len_tokens=4096, global_batch_tokens=4096 * 64),
+        PoolSpec(name="p", gpu="a100", nodes=4, gpus_per_node=8),
+    )
+    model = IslandStepModel(cm, IslandShape(2, 8), micro_batch=2)
+    for a in (1, 3, 7):
+        assert model.step_s(a) == pytest.approx(model.simulate(a).step_s, rel=1e-12)
+    assert 0 < model.mfu(4) < 1 and model.tokens_per_step(4) == 4 * 2 * 16 * 4096
+
+
+def test_durations_file_format_and_errors() -> None:
+    d = FSDPDurations.from_mapping(
+        {
+            "units": [
+                {"name": "emb", "forward_s": 1},
+                {"name": "block", "repeat": 3, "forward_s": 2, "all_gather_s": 1},
+            ],
+            "optimizer_s": 0.5,
+        }
+    )
+    assert d.unit_names == ("emb", "block0", "block1", "block2") and d.all_gather_s == (0, 1, 1, 1)
+    from shardmeter.errors import SpecError
+
+    with pytest.raises(SpecError, match=r"durations.units\[1\].forward_s"):
+        FSDPDurations.from_mapping({"units": [{"forward_s": 1}, {"forward_s": -1}]})
+    with pytest.raises(SpecError, match="unknown field"):
+        FSDPDurations.from_mapping({"units": [{"fwd": 1}]})
