@@ -11,7 +11,7 @@ from typing import NoReturn
 from pydantic import ValidationError
 
 from shardmeter import __version__
-from shardmeter.cli import predict, simulate
+from shardmeter.cli import plan, predict, simulate
 from shardmeter.errors import ShardMeterError, spec_error_from_validation
 
 EXIT_USAGE = 2
@@ -34,6 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_OneLineParser)
     predict.add_parser(sub)
     simulate.add_parser(sub)
+    plan.add_parser(sub)
     return parser
 
 

@@ -87,6 +87,7 @@ class CostModel:
         self.gpu: GPUSpec = coefficients.gpu
         self.peak_flop_per_s = self.gpu.peak_flop_per_s(training.precision.value)
         self._unit_times = lru_cache(maxsize=256)(self._compute_unit_times)
+        self._collectives: dict[tuple[str, float, int, int], float] = {}
 
     # ---- compute --------------------------------------------------------------------------
     def _predict(self, target: Target, values: dict[str, float]) -> float:
@@ -154,11 +155,20 @@ class CostModel:
     def collective_seconds(
         self, collective: str, payload_bytes: float, nodes: int, gpus_per_node: int
     ) -> float:
-        """Ring ``collective`` of a full payload over nodes × gpus_per_node ranks."""
-        fit = self.link_fit(collective, nodes)
-        return ring_seconds(
-            collective, payload_bytes, nodes * gpus_per_node, fit.latency_s, fit.seconds_per_byte
-        )
+        """Ring ``collective`` of a full payload over nodes × gpus_per_node ranks (cached)."""
+        key = (collective, payload_bytes, nodes, gpus_per_node)
+        seconds = self._collectives.get(key)
+        if seconds is None:
+            fit = self.link_fit(collective, nodes)
+            seconds = ring_seconds(
+                collective,
+                payload_bytes,
+                nodes * gpus_per_node,
+                fit.latency_s,
+                fit.seconds_per_byte,
+            )
+            self._collectives[key] = seconds
+        return seconds
 
     def payloads(self) -> UnitPayloads:
         m = self.model

@@ -193,6 +193,38 @@ class Schedule:
             gaps.append(Interval(cursor, until, -1))
         return gaps
 
+    def outer_waits(self, stream: int) -> list[tuple[Interval, str]]:
+        """Idle gaps of ``stream`` before tasks that waited on an outer all_reduce, split into
+        ``imbalance`` (until the last island waiting on the same all_reduce got there: the
+        wait for slower islands, which lockstep syncs impose anyway) and ``blocking`` (after
+        that: the all_reduce itself was still running)."""
+        ready = self._sync_ready()
+        out: list[tuple[Interval, str]] = []
+        tasks = self.stream_tasks(stream)
+        until = max((self.end[i] for i in tasks), default=0.0)
+        for gap in self.idle(stream, until):
+            if gap.task < 0 or self.graph.kind[gap.task] is not Kind.OUTER_ALL_REDUCE:
+                continue
+            split = min(max(ready.get(gap.task, gap.start_s), gap.start_s), gap.end_s)
+            if split > gap.start_s:
+                out.append((Interval(gap.start_s, split, gap.task), "imbalance"))
+            if gap.end_s > split:
+                out.append((Interval(split, gap.end_s, gap.task), "blocking"))
+        return out
+
+    def _sync_ready(self) -> dict[int, float]:
+        """Per outer all_reduce: when the last task waiting on it had its stream free."""
+        g = self.graph
+        prev_end: dict[int, float] = {}
+        ready: dict[int, float] = {}
+        for i in range(len(g)):
+            free = prev_end.get(g.stream[i], 0.0)
+            for d in g.deps[i]:
+                if g.kind[d] is Kind.OUTER_ALL_REDUCE and g.kind[i] is not Kind.OUTER_ALL_REDUCE:
+                    ready[d] = max(ready.get(d, 0.0), free)
+            prev_end[g.stream[i]] = self.end[i]
+        return ready
+
     def idle_by_cause(self, stream: int, until_s: float | None = None) -> dict[str, float]:
         """Idle seconds of ``stream`` keyed by the kind of task it waited on ('end' for the
         trailing gap after the stream's last task)."""
@@ -210,19 +242,19 @@ def simulate(graph: TaskGraph) -> Schedule:
     for i, s in enumerate(graph.stream):
         stream_prev[i] = last_in_stream.get(s, -1)
         last_in_stream[s] = i
-    succ: list[list[int]] = [[] for _ in range(n)]
-    indeg = [0] * n
-    deps = graph.deps
-    for i in range(n):
-        p = stream_prev[i]
+    # successors: the stream successor, plus reverse dependency edges
+    stream_next = [-1] * n
+    for i, p in enumerate(stream_prev):
         if p >= 0:
-            succ[p].append(i)
-            indeg[i] += 1
-        for d in deps[i]:
+            stream_next[p] = i
+    rdeps: dict[int, list[int]] = defaultdict(list)
+    deps = graph.deps
+    indeg = [(p >= 0) + len(ds) for p, ds in zip(stream_prev, deps, strict=True)]
+    for i, ds in enumerate(deps):
+        for d in ds:
             if not 0 <= d < n:
                 raise GraphError(f"task {graph.name[i]!r} depends on unknown task id {d}")
-            succ[d].append(i)
-            indeg[i] += 1
+            rdeps[d].append(i)
     start = [0.0] * n
     end = [0.0] * n
     binding = [-1] * n
@@ -243,7 +275,12 @@ def simulate(graph: TaskGraph) -> Schedule:
         start[i] = t
         end[i] = t + dur[i]
         binding[i] = b
-        for j in succ[i]:
+        j = stream_next[i]
+        if j >= 0:
+            indeg[j] -= 1
+            if indeg[j] == 0:
+                ready.append(j)
+        for j in rdeps.get(i, ()):
             indeg[j] -= 1
             if indeg[j] == 0:
                 ready.append(j)

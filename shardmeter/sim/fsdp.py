@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from shardmeter.cost.model import CostModel
@@ -287,3 +288,12 @@ def simulate_fsdp_step(
     d: FSDPDurations, accumulation: int = 1, max_inflight: int = DEFAULT_MAX_INFLIGHT
 ) -> StepResult:
     return analyse(simulate(build_fsdp_step(d, accumulation, max_inflight)))
+
+
+@lru_cache(maxsize=32768)
+def fsdp_step_seconds(
+    d: FSDPDurations, accumulation: int = 1, max_inflight: int = DEFAULT_MAX_INFLIGHT
+) -> float:
+    """Only the step time (no bottleneck analysis): what the optimizer needs. Cached by the
+    durations, so pools with the same hardware and shapes share their simulations."""
+    return simulate(build_fsdp_step(d, accumulation, max_inflight)).makespan_s

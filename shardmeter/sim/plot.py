@@ -18,6 +18,7 @@ LEGEND: dict[str, str] = {
     "optimizer / outer step": "#0b2e59",
     "outer all_reduce": "#2ca02c",  # green
     "blocked on outer all_reduce": "#7f0000",
+    "waiting for slower islands": "#c7c7c7",
 }
 LABEL: dict[Kind, str] = {
     Kind.ALL_GATHER: "all_gather",
@@ -30,9 +31,10 @@ LABEL: dict[Kind, str] = {
     Kind.OUTER_ALL_REDUCE: "outer all_reduce",
 }
 BLOCKED = "blocked on outer all_reduce"
+IMBALANCE = "waiting for slower islands"
 
 
-def _pyplot() -> Any:
+def pyplot() -> Any:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -95,17 +97,16 @@ def _bars(
                         LABEL[g.kind[i]],
                     )
                 )
-        for gap in schedule.idle(
-            sid, until_s=max((schedule.end[i] for i in schedule.stream_tasks(sid)), default=0)
-        ):
-            if (
-                gap.task >= 0
-                and g.kind[gap.task] is Kind.OUTER_ALL_REDUCE
-                and gap.end_s >= lo
-                and gap.start_s <= hi
-            ):
+        for gap, why in schedule.outer_waits(sid):
+            if gap.end_s >= lo and gap.start_s <= hi:
+                target = f"{base}/compute" if expand else sname
                 bars.append(
-                    _Bar(f"{base}/compute" if expand else sname, gap.start_s, gap.seconds, BLOCKED)
+                    _Bar(
+                        target,
+                        gap.start_s,
+                        gap.seconds,
+                        BLOCKED if why == "blocking" else IMBALANCE,
+                    )
                 )
     return rows, bars
 
@@ -120,7 +121,7 @@ def plot_timeline(
     """Draw ``schedule`` (optionally only ``window`` seconds). ``inner`` maps an island
     index to its FSDP step schedule: inner steps are then drawn with their all_gathers,
     reduce_scatters and forward/backward passes, as in the paper's Fig. 6."""
-    plt = _pyplot()
+    plt = pyplot()
     from matplotlib.patches import Patch
 
     window = window or (0.0, schedule.makespan_s)
@@ -178,7 +179,7 @@ class SweepPoint:
 def plot_batch_sweep(points: Sequence[SweepPoint], path: str | Path, title: str = "") -> Path:
     """Step time and compute idle fraction versus micro-batch (paper Figs. 3 and 4); points
     that exceed GPU memory are drawn hollow, as the paper greys them."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4), layout="constrained")
     b = [p.micro_batch for p in points]
     for ax, values, label in (

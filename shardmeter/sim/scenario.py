@@ -16,7 +16,13 @@ from shardmeter.sim.diloco import (
     fragment_params,
     simulate_diloco,
 )
-from shardmeter.sim.fsdp import DEFAULT_MAX_INFLIGHT, FSDPDurations, StepResult, simulate_fsdp_step
+from shardmeter.sim.fsdp import (
+    DEFAULT_MAX_INFLIGHT,
+    FSDPDurations,
+    StepResult,
+    fsdp_step_seconds,
+    simulate_fsdp_step,
+)
 from shardmeter.sim.outer import OuterLink
 from shardmeter.sim.settings import (
     SettingsChoice,
@@ -68,15 +74,15 @@ class IslandStepModel:
         )
 
     @cached_property
-    def _one(self) -> StepResult:
-        return simulate_fsdp_step(self.durations, 1, self.max_inflight)
+    def _one_s(self) -> float:
+        return fsdp_step_seconds(self.durations, 1, self.max_inflight)
 
     @cached_property
     def increment_s(self) -> float:
-        return simulate_fsdp_step(self.durations, 2, self.max_inflight).step_s - self._one.step_s
+        return fsdp_step_seconds(self.durations, 2, self.max_inflight) - self._one_s
 
     def step_s(self, accumulation: int) -> float:
-        return self._one.step_s + (accumulation - 1) * self.increment_s
+        return self._one_s + (accumulation - 1) * self.increment_s
 
     def simulate(self, accumulation: int) -> StepResult:
         return simulate_fsdp_step(self.durations, accumulation, self.max_inflight)

@@ -11,7 +11,6 @@ The search uses this closed form; `shardmeter.sim.diloco` confirms the choice by
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -24,7 +23,8 @@ BLOCKING_DILOCO_OVERHEAD = 0.05
 """Blocking DiLoCo always stalls for the all_reduce; ``sync_every: auto`` then picks the
 smallest candidate whose stall is at most this fraction of the H inner steps."""
 
-_EPS = 1e-12
+ZERO_BLOCKING_EPS_S = 1e-12
+"""Blocking at or below this many seconds counts as zero (floating-point noise)."""
 
 
 def divisors(n: int) -> list[int]:
@@ -92,7 +92,7 @@ def search_settings(
             f"fragmentSyncDelay={delay}"
         )
     for blocking, f, tau in options:
-        if blocking <= _EPS:
+        if blocking <= ZERO_BLOCKING_EPS_S:
             return SettingsChoice(
                 sync_every,
                 f,
@@ -110,7 +110,7 @@ def search_settings(
             for h in sorted(candidates)
             if h > sync_every
             and any(
-                b <= _EPS
+                b <= ZERO_BLOCKING_EPS_S
                 for b, _, _ in _options(h, step_s, all_reduce, max_fragments, fragments, delay)
             )
         ),
@@ -170,8 +170,3 @@ def choose_blocking_sync_every(
         if all_reduce_s <= BLOCKING_DILOCO_OVERHEAD * h * step_s:
             return h
     return max(candidates)
-
-
-def zero_blocking_delay(all_reduce_s: float, step_s: float) -> int:
-    """The shortest delay that hides one all_reduce: ⌈T_ar / T_step⌉."""
-    return math.ceil(all_reduce_s / step_s - 1e-9) if all_reduce_s > 0 else 0

@@ -100,11 +100,11 @@ def chrome_trace(schedule: Schedule, title: str = "shardmeter") -> dict[str, Any
         if not any(g.kind[i].category.value == "compute" for i in schedule.stream_tasks(sid)):
             continue
         pid, tid = threads[sid]
-        for gap in schedule.idle(
-            sid, until_s=max((schedule.end[i] for i in schedule.stream_tasks(sid)), default=0)
-        ):
-            cause = g.kind[gap.task] if gap.task >= 0 else None
-            blocked = cause is Kind.OUTER_ALL_REDUCE
+        last = max((schedule.end[i] for i in schedule.stream_tasks(sid)), default=0.0)
+        for gap in schedule.idle(sid, until_s=last):
+            if gap.task >= 0 and g.kind[gap.task] is Kind.OUTER_ALL_REDUCE:
+                continue  # split into imbalance and blocking below
+            cause = g.kind[gap.task].value if gap.task >= 0 else "start"
             events.append(
                 {
                     "ph": "X",
@@ -112,10 +112,27 @@ def chrome_trace(schedule: Schedule, title: str = "shardmeter") -> dict[str, Any
                     "tid": tid,
                     "ts": _us(gap.start_s),
                     "dur": _us(gap.seconds),
-                    "name": f"{'blocked' if blocked else 'idle'}: waiting on {cause.value if cause else 'start'}",
-                    "cat": "blocked" if blocked else "idle",
-                    "cname": BLOCKED_COLOUR if blocked else IDLE_COLOUR,
+                    "name": f"idle: waiting on {cause}",
+                    "cat": "idle",
+                    "cname": IDLE_COLOUR,
                     "args": {"waiting_on": g.name[gap.task] if gap.task >= 0 else ""},
+                }
+            )
+        for wait, why in schedule.outer_waits(sid):
+            blocked = why == "blocking"
+            events.append(
+                {
+                    "ph": "X",
+                    "pid": pid,
+                    "tid": tid,
+                    "ts": _us(wait.start_s),
+                    "dur": _us(wait.seconds),
+                    "name": "blocked: outer all_reduce still running"
+                    if blocked
+                    else "idle: waiting for slower islands",
+                    "cat": "blocked" if blocked else "imbalance",
+                    "cname": BLOCKED_COLOUR if blocked else IDLE_COLOUR,
+                    "args": {"waiting_on": g.name[wait.task]},
                 }
             )
     return {

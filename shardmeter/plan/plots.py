@@ -1,0 +1,101 @@
+"""Plan pictures: every scored plan's cost against runtime with the Pareto frontier
+highlighted (paper Fig. 7), and the highest-throughput plans with their cost (Fig. 8)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from shardmeter.plan.evaluate import Evaluation
+from shardmeter.plan.result import PlanSummary
+from shardmeter.sim.plot import pyplot
+
+
+def plot_frontier(
+    evaluated: Evaluation,
+    frontier: Sequence[PlanSummary],
+    chosen: PlanSummary,
+    fastest: PlanSummary,
+    path: str | Path,
+    title: str = "",
+) -> Path:
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(8, 5.5), layout="constrained")
+    ok = evaluated.feasible
+    ax.scatter(
+        evaluated.time_s[ok] / 3600,
+        evaluated.cost_usd[ok],
+        s=6,
+        color="#b0b0b0",
+        label=f"feasible plans ({int(ok.sum()):,})",
+        rasterized=True,
+    )
+    fx = [p.hours for p in frontier]
+    fy = [p.cost_usd for p in frontier]
+    ax.plot(
+        fx,
+        fy,
+        "-o",
+        color="#1f77b4",
+        markersize=4,
+        linewidth=1.2,
+        label=f"Pareto frontier ({len(frontier)})",
+    )
+    ax.scatter(
+        [fastest.hours],
+        [fastest.cost_usd],
+        s=90,
+        marker="^",
+        color="#d62728",
+        zorder=4,
+        label=f"fastest: {fastest.label}",
+    )
+    ax.scatter(
+        [chosen.hours],
+        [chosen.cost_usd],
+        s=160,
+        marker="*",
+        color="#2ca02c",
+        zorder=5,
+        label=f"chosen: {chosen.label}",
+    )
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("wall-clock (hours)")
+    ax.set_ylabel("cost (USD)")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8, loc="upper right")
+    if title:
+        ax.set_title(title, fontsize=10)
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(target, dpi=120)
+    plt.close(fig)
+    return target
+
+
+def plot_top(plans: Sequence[PlanSummary], path: str | Path, title: str = "") -> Path:
+    """Bars: tokens/s of each plan (best first); line: its cost (paper Fig. 8)."""
+    plt = pyplot()
+    n = len(plans)
+    fig, ax = plt.subplots(figsize=(max(8, 0.55 * n + 3), 5.5), layout="constrained")
+    x = np.arange(n)
+    ax.bar(x, [p.tokens_per_s for p in plans], color="#1f77b4", label="throughput (tokens/s)")
+    ax.set_ylabel("throughput (tokens/s)")
+    ax.set_xticks(x, [p.label for p in plans], rotation=60, ha="right", fontsize=7)
+    ax2 = ax.twinx()
+    ax2.plot(
+        x, [p.cost_usd for p in plans], "-o", color="#ff7f0e", markersize=4, label="cost (USD)"
+    )
+    ax2.set_ylabel("cost (USD)")
+    handles = ax.get_legend_handles_labels()[0] + ax2.get_legend_handles_labels()[0]
+    fig.legend(handles=handles, fontsize=8, loc="outside upper right", ncol=2, frameon=False)
+    if title:
+        ax.set_title(title, fontsize=10)
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(target, dpi=120)
+    plt.close(fig)
+    return target
