@@ -32,12 +32,16 @@ class Ref:
 def shapes(cm: CostModel, spec: PlanSpec) -> list[IslandShape]:
     c, pool = spec.constraints, cm.pool
     best: dict[int, IslandShape] = {}
-    for g in sorted((g for g in range(1, pool.gpus_per_node + 1) if pool.gpus_per_node % g == 0), reverse=True):
+    for g in sorted(
+        (g for g in range(1, pool.gpus_per_node + 1) if pool.gpus_per_node % g == 0), reverse=True
+    ):
         for n in range(1, pool.nodes + 1):
             p = n * g
             if p in best or p < c.min_gpus_per_island:
                 continue
-            if (c.max_gpus_per_island and p > c.max_gpus_per_island) or (c.max_gpus and p > c.max_gpus):
+            if (c.max_gpus_per_island and p > c.max_gpus_per_island) or (
+                c.max_gpus and p > c.max_gpus
+            ):
                 continue
             best[p] = IslandShape(n, g)
     return [best[p] for p in sorted(best)]
@@ -59,11 +63,15 @@ def brute_force(spec: PlanSpec) -> list[Ref]:
             b1, ba = cm.max_micro_batch(p, 1, on_gpu), cm.max_micro_batch(p, 2, on_gpu)
             if b1 < 1 or p > limit:
                 continue
-            durations = {b: FSDPDurations.from_cost_model(cm, shape.nodes, shape.gpus_per_node, b)
-                         for b in micro_batch_candidates(min(b1, limit // p), (b1, ba))}
+            durations = {
+                b: FSDPDurations.from_cost_model(cm, shape.nodes, shape.gpus_per_node, b)
+                for b in micro_batch_candidates(min(b1, limit // p), (b1, ba))
+            }
 
             @cache
-            def step(b: int, a: int, d: tuple[FSDPDurations, ...] = (), _dur: dict = durations) -> float:
+            def step(
+                b: int, a: int, d: tuple[FSDPDurations, ...] = (), _dur: dict = durations
+            ) -> float:
                 return simulate_fsdp_step(_dur[b], a).step_s
 
             configs = []  # (step_s, sequences per island)
@@ -84,15 +92,25 @@ def brute_force(spec: PlanSpec) -> list[Ref]:
         used = [o for o in combo if o is not None]
         islands = sum(o[3] for o in used)
         gpus = sum(o[3] * o[2].ranks for o in used)
-        if not used or islands > max_islands or (spec.constraints.max_gpus and gpus > spec.constraints.max_gpus):
+        if (
+            not used
+            or islands > max_islands
+            or (spec.constraints.max_gpus and gpus > spec.constraints.max_gpus)
+        ):
             continue
         times = sorted({s for o in used for s, _ in o[4]})
 
         def cap(o: tuple, tau: float) -> int:
             return max((o[3] * q for s, q in o[4] if s <= tau), default=0)
 
-        star = next((tau for tau in times if all(cap(o, tau) > 0 for o in used)
-                     and sum(cap(o, tau) for o in used) >= seqs), None)
+        star = next(
+            (
+                tau
+                for tau in times
+                if all(cap(o, tau) > 0 for o in used) and sum(cap(o, tau) for o in used) >= seqs
+            ),
+            None,
+        )
         if star is None:
             continue
         caps = [cap(o, star) for o in used]
@@ -106,13 +124,26 @@ def brute_force(spec: PlanSpec) -> list[Ref]:
             placements = [IslandPlacement(o[1], o[2].ranks) for o in used for _ in range(o[3])]
             link = outer_link(placements)
             choice = resolve_settings(spec.model, spec.strategy, link, islands, star)
-            outer = max(o[1].outer_step_seconds(spec.model.total_params, o[2].ranks, on_gpu) for o in used)
+            outer = max(
+                o[1].outer_step_seconds(spec.model.total_params, o[2].ranks, on_gpu) for o in used
+            )
             overhead = (choice.blocking_s_per_outer_step + outer) / choice.sync_every
         time_s = t.total_tokens / (seqs * t.seq_len_tokens / (star + overhead))
         rate = sum(o[3] * o[2].ranks * o[0].price_per_gpu_hour_usd for o in used)
-        label = " + ".join(f"{o[3]}×{o[2].nodes}×{o[2].gpus_per_node} {o[0].gpu.name.split('-')[0]}" for o in used)
+        label = " + ".join(
+            f"{o[3]}×{o[2].nodes}×{o[2].gpus_per_node} {o[0].gpu.name.split('-')[0]}" for o in used
+        )
         key = tuple(x for o in combo for x in ((-1,) if o is None else (o[2].ranks, o[3])))
-        out.append(Ref(label, time_s, rate * time_s / 3600, sum(o[3] * o[2].nodes for o in used), islands, key))
+        out.append(
+            Ref(
+                label,
+                time_s,
+                rate * time_s / 3600,
+                sum(o[3] * o[2].nodes for o in used),
+                islands,
+                key,
+            )
+        )
     return out
 
 

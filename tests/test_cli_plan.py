@@ -16,7 +16,9 @@ REPO = Path(__file__).resolve().parents[1]
 CASE = REPO / "examples" / "case-study.yaml"
 
 
-def test_case_study_writes_pictures_and_trace(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_case_study_writes_pictures_and_trace(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(["plan", str(CASE), "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "Pareto frontier" in out and "chosen (throughput-fraction 0.99)" in out
@@ -24,7 +26,10 @@ def test_case_study_writes_pictures_and_trace(tmp_path: Path, capsys: pytest.Cap
     for name in ("frontier.png", "top20.png", "timeline.png"):
         assert (tmp_path / name).read_bytes()[:4] == b"\x89PNG"
     trace = json.loads((tmp_path / "trace.json").read_text())
-    assert {e["cat"] for e in trace["traceEvents"] if e["ph"] == "X"} >= {"inner_step", "outer_all_reduce"}
+    assert {e["cat"] for e in trace["traceEvents"] if e["ph"] == "X"} >= {
+        "inner_step",
+        "outer_all_reduce",
+    }
 
 
 def test_case_study_json_is_consistent(capsys: pytest.CaptureFixture[str]) -> None:
@@ -37,7 +42,10 @@ def test_case_study_json_is_consistent(capsys: pytest.CaptureFixture[str]) -> No
     assert data["saving_vs_fastest"] == pytest.approx(1 - chosen["cost_usd"] / fastest["cost_usd"])
     assert chosen["sync_every"] % chosen["fragments"] == 0
     assert chosen["fragment_sync_delay"] < chosen["sync_every"] // chosen["fragments"]
-    assert sum(g["count"] * g["local_batch_tokens"] for g in chosen["groups"]) == chosen["global_batch_tokens"]
+    assert (
+        sum(g["count"] * g["local_batch_tokens"] for g in chosen["groups"])
+        == chosen["global_batch_tokens"]
+    )
     assert chosen["global_batch_tokens"] >= 2_097_152
     times = [p["hours"] for p in data["frontier"]]
     costs = [p["cost_usd"] for p in data["frontier"]]
@@ -46,10 +54,16 @@ def test_case_study_json_is_consistent(capsys: pytest.CaptureFixture[str]) -> No
     assert len(data["top_by_throughput"]) == 20
 
 
-def test_training_plan_manifest_is_accepted(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_training_plan_manifest_is_accepted(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     spec = yaml.safe_load(CASE.read_text())
-    manifest = {"apiVersion": "shardmeter.io/v1alpha1", "kind": "TrainingPlan", "metadata": {"name": "x"},
-                "spec": {**spec, "launch": False, "template": {"spec": {}}}}
+    manifest = {
+        "apiVersion": "shardmeter.io/v1alpha1",
+        "kind": "TrainingPlan",
+        "metadata": {"name": "x"},
+        "spec": {**spec, "launch": False, "template": {"spec": {}}},
+    }
     f = tmp_path / "tp.yaml"
     f.write_text(yaml.safe_dump(manifest))
     assert main(["plan", str(f), "--json", "--no-files"]) == 0
@@ -60,8 +74,14 @@ def test_training_plan_manifest_is_accepted(tmp_path: Path, capsys: pytest.Captu
     ("patch", "message"),
     [
         ({"model": "llama-9b"}, "unknown model preset 'llama-9b'"),
-        ({"training": {"seqLenTokens": 8192, "globalBatchTokens": 1000}}, "must be a multiple of seqLenTokens"),
-        ({"strategy": {"kind": "streaming-diloco", "syncEvery": 10, "fragments": 3}}, "multiple of fragments"),
+        (
+            {"training": {"seqLenTokens": 8192, "globalBatchTokens": 1000}},
+            "must be a multiple of seqLenTokens",
+        ),
+        (
+            {"strategy": {"kind": "streaming-diloco", "syncEvery": 10, "fragments": 3}},
+            "multiple of fragments",
+        ),
         ({"constraints": {"allowedPools": ["nope"]}}, "allowedPools names unknown pool 'nope'"),
         ({"pools": []}, "pools"),
         ({"colour": "blue"}, "colour: unknown field"),
@@ -71,19 +91,30 @@ def test_bad_plan_files_exit_2_with_one_line(tmp_path: Path, patch: dict, messag
     spec = {**yaml.safe_load(CASE.read_text()), **patch}
     f = tmp_path / "bad.yaml"
     f.write_text(yaml.safe_dump(spec))
-    result = subprocess.run([sys.executable, "-m", "shardmeter.cli.main", "plan", str(f), "--no-files"],
-                            capture_output=True, text=True, check=False)
+    result = subprocess.run(
+        [sys.executable, "-m", "shardmeter.cli.main", "plan", str(f), "--no-files"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], result.stderr
 
 
 def test_infeasible_plan_exits_2_naming_the_constraint(tmp_path: Path) -> None:
-    spec = {**yaml.safe_load(CASE.read_text()), "model": "llama-3.1-70b",
-            "constraints": {"maxIslands": 10, "maxGpusPerIsland": 2}}
+    spec = {
+        **yaml.safe_load(CASE.read_text()),
+        "model": "llama-3.1-70b",
+        "constraints": {"maxIslands": 10, "maxGpusPerIsland": 2},
+    }
     f = tmp_path / "big.yaml"
     f.write_text(yaml.safe_dump(spec))
-    result = subprocess.run([sys.executable, "-m", "shardmeter.cli.main", "plan", str(f), "--no-files"],
-                            capture_output=True, text=True, check=False)
+    result = subprocess.run(
+        [sys.executable, "-m", "shardmeter.cli.main", "plan", str(f), "--no-files"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert result.returncode == 2
     assert "per island for memory; maxGpusPerIsland is 2" in result.stderr

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from strategies import transformer_specs
 
 from shardmeter.cost.coefficients import LinearFit
 from shardmeter.cost.features import Target
@@ -15,6 +14,7 @@ from shardmeter.errors import SpecError
 from shardmeter.spec.hardware import GPU_PRESETS, PoolSpec
 from shardmeter.spec.model import MODEL_PRESETS, TransformerSpec
 from shardmeter.spec.training import Precision, TrainingSpec
+from strategies import transformer_specs
 
 POOL = PoolSpec(name="p", gpu="h100-80gb-sxm", nodes=4, gpus_per_node=8)
 

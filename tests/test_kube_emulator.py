@@ -13,6 +13,7 @@ import kmock
 import pytest
 import pytest_asyncio
 import yaml
+
 from support.cluster import (
     EmulatedCluster,
     KubectlError,

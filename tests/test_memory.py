@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
-from strategies import transformer_specs
 
 from shardmeter.cost.coefficients import MemoryCoefficients
 from shardmeter.cost.memory import max_micro_batch, memory_breakdown, min_ranks_for_memory
 from shardmeter.spec.hardware import GPU_PRESETS
 from shardmeter.spec.model import MODEL_PRESETS, TransformerSpec
 from shardmeter.spec.training import TrainingSpec
+from strategies import transformer_specs
 
 H200 = float(GPU_PRESETS["h200-141gb-sxm"].memory_bytes)
 COEFS = MemoryCoefficients()

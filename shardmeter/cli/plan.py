@@ -25,6 +25,13 @@ from shardmeter.sim.trace import write_trace
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("plan", help="find the best deployment for a plan file", description=__doc__)
     p.add_argument("file", help="plan YAML/JSON (or a TrainingPlan manifest)")
+    p.add_argument(
+        "--pool-file",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="GPUPool manifest(s) a TrainingPlan manifest's pools refer to (repeatable)",
+    )
     p.add_argument("--out", help="folder for pictures and the trace (default out/<file name>)")
     p.add_argument("--no-files", action="store_true", help="write no pictures or trace")
     p.add_argument("--rows", type=int, default=10, help="frontier rows to print (default 10)")
@@ -43,8 +50,8 @@ def load_coefficients(spec: PlanSpec, base: Path) -> dict[str, CoefficientsDocum
     return docs
 
 
-def plan_file(path: str, progress: bool = True) -> PlanResult:
-    spec, base = load_plan(path)
+def plan_file(path: str, progress: bool = True, pool_files: list[str] | None = None) -> PlanResult:
+    spec, base = load_plan(path, pool_files or [])
     docs = load_coefficients(spec, base)
     bar = tqdm(
         unit=" plans",
@@ -102,7 +109,7 @@ def write_files(result: PlanResult, folder: Path) -> dict[str, str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    result = plan_file(args.file, progress=not args.json)
+    result = plan_file(args.file, progress=not args.json, pool_files=args.pool_file)
     files: dict[str, str] = {}
     if not args.no_files:
         folder = Path(args.out) if args.out else Path("out") / Path(args.file).stem

@@ -35,7 +35,7 @@ class IslandGroup:
 
     @property
     def label(self) -> str:
-        """"k×N×G GPU", as in the paper's Fig. 8."""
+        """ "k×N×G GPU", as in the paper's Fig. 8."""
         return f"{self.count}×{self.nodes}×{self.gpus_per_node} {self.gpu.split('-')[0]}"
 
 
@@ -63,7 +63,9 @@ class PlanSummary:
     def label(self) -> str:
         """Groups joined by "+"; a group names its pool when another group has the same GPU."""
         gpus = [g.gpu for g in self.groups]
-        return " + ".join(g.label + (f" ({g.pool})" if gpus.count(g.gpu) > 1 else "") for g in self.groups)
+        return " + ".join(
+            g.label + (f" ({g.pool})" if gpus.count(g.gpu) > 1 else "") for g in self.groups
+        )
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)

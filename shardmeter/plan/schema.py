@@ -4,15 +4,18 @@ schema is the spec of the ``TrainingPlan`` custom resource (which adds ``launch`
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+import yaml
 from pydantic import Field, model_validator
+from pydantic.alias_generators import to_camel
 
 from shardmeter.errors import SpecError
 from shardmeter.spec.base import SpecModel
-from shardmeter.spec.hardware import PoolSpec
+from shardmeter.spec.hardware import PoolHardware, PoolSpec
 from shardmeter.spec.loading import read_document, validate
 from shardmeter.spec.model import ModelRef
 from shardmeter.spec.training import StrategySpec, TrainingSpec
@@ -32,6 +35,21 @@ class ObjectiveKind(StrEnum):
 
 
 class ObjectiveSpec(SpecModel):
+    model_config = SpecModel.model_config | {
+        "json_schema_extra": {
+            "x-kubernetes-validations": [
+                {
+                    "rule": "self.kind != 'cost-budget' || has(self.costBudgetUsd)",
+                    "message": "kind cost-budget needs costBudgetUsd",
+                },
+                {
+                    "rule": "self.kind != 'time-budget' || has(self.timeBudgetHours)",
+                    "message": "kind time-budget needs timeBudgetHours",
+                },
+            ]
+        }
+    }
+
     kind: ObjectiveKind = ObjectiveKind.THROUGHPUT_FRACTION
     throughput_fraction: float = Field(default=0.99, gt=0, le=1)
     """For throughput-fraction: the share of the best throughput to keep."""
@@ -49,6 +67,17 @@ class ObjectiveSpec(SpecModel):
 
 class ConstraintsSpec(SpecModel):
     """Limits on the deployment. Islands never share nodes."""
+
+    model_config = SpecModel.model_config | {
+        "json_schema_extra": {
+            "x-kubernetes-validations": [
+                {
+                    "rule": "!has(self.maxGpusPerIsland) || self.maxGpusPerIsland >= self.minGpusPerIsland",
+                    "message": "maxGpusPerIsland must be ≥ minGpusPerIsland",
+                }
+            ]
+        }
+    }
 
     max_islands: int = Field(default=10, ge=1, le=64)
     """Most islands in a plan (the paper uses ≤ 10 for training stability)."""
@@ -80,16 +109,23 @@ class PlanPool(PoolSpec):
     """Use at most this many of the pool's nodes (default: all)."""
 
 
-class PlanSpec(SpecModel):
-    """A planning request."""
+class PlanRequest(SpecModel):
+    """What every planning request has: model, training, strategy, constraints, objective.
+    Plan files add inline pools (`PlanSpec`); the TrainingPlan resource adds references to
+    GPUPools, ``launch`` and a job ``template``."""
 
     model: ModelRef
     """Model preset name, ``{preset: NAME, <overrides>}`` or a full TransformerSpec."""
     training: TrainingSpec
     strategy: StrategySpec = Field(default_factory=StrategySpec)
-    pools: list[PlanPool] = Field(min_length=1, max_length=64)
     constraints: ConstraintsSpec = Field(default_factory=ConstraintsSpec)
     objective: ObjectiveSpec = Field(default_factory=ObjectiveSpec)
+
+
+class PlanSpec(PlanRequest):
+    """A planning request with its pools."""
+
+    pools: list[PlanPool] = Field(min_length=1, max_length=64)
 
     @model_validator(mode="after")
     def _references(self) -> PlanSpec:
@@ -109,13 +145,77 @@ class PlanSpec(SpecModel):
         return [p for p in self.pools if allowed is None or p.name in allowed]
 
 
-def load_plan(path: str | Path) -> tuple[PlanSpec, Path]:
-    """Read a plan file; returns the spec and the directory relative paths resolve against."""
-    raw: Any = read_document(path)
-    if not isinstance(raw, dict):
-        raise SpecError(str(path), "must be a mapping with model, training, pools, …")
+def _documents(path: str | Path) -> list[Any]:
+    p = Path(path)
+    if p.suffix.lower() == ".json":
+        return [read_document(p)]
+    try:
+        docs = [d for d in yaml.safe_load_all(p.read_text()) if d is not None]
+    except OSError as exc:
+        raise SpecError(str(path), f"cannot read file ({exc.strerror})") from exc
+    except yaml.YAMLError:
+        return [read_document(p)]  # re-read for a one-line error with the position
+    return docs
+
+
+def _pool_from_manifest(doc: dict[str, Any], where: str) -> dict[str, Any]:
+    """A GPUPool manifest's hardware as a plan-file pool (placement and benchmark dropped)."""
+    name = (doc.get("metadata") or {}).get("name")
+    if not name:
+        raise SpecError(f"{where}.metadata.name", "a GPUPool manifest needs a name")
+    spec = doc.get("spec") or {}
+    hardware = {to_camel(f) for f in PoolHardware.model_fields} | set(PoolHardware.model_fields)
+    return {"name": name, **{k: v for k, v in spec.items() if k in hardware}}
+
+
+def load_plan(path: str | Path, pool_files: Sequence[str | Path] = ()) -> tuple[PlanSpec, Path]:
+    """Read a plan file — or a TrainingPlan manifest, whose pools name GPUPool manifests given
+    in the same multi-document YAML or in ``pool_files``. Returns the spec and the directory
+    that relative paths resolve against."""
+    docs = _documents(path)
+    gpupools: dict[str, dict[str, Any]] = {}
+    for f in pool_files:
+        docs_f = _documents(f)
+        for d in docs_f:
+            if isinstance(d, dict) and d.get("kind") == "GPUPool":
+                pool = _pool_from_manifest(d, str(f))
+                gpupools[pool["name"]] = pool
+    plans = []
+    for d in docs:
+        if isinstance(d, dict) and d.get("kind") == "GPUPool":
+            pool = _pool_from_manifest(d, str(path))
+            gpupools[pool["name"]] = pool
+        else:
+            plans.append(d)
+    if len(plans) != 1 or not isinstance(plans[0], dict):
+        raise SpecError(
+            str(path), "must hold one plan (model, training, pools, …) or one TrainingPlan"
+        )
+    raw = dict(plans[0])
     for key in ("apiVersion", "kind", "metadata"):  # a TrainingPlan manifest is accepted too
         raw.pop(key, None)
     if "spec" in raw and isinstance(raw["spec"], dict):
         raw = {k: v for k, v in raw["spec"].items() if k not in ("launch", "template")}
+    pools = raw.get("pools")
+    if isinstance(pools, list):
+        resolved = []
+        for i, ref in enumerate(pools):
+            if (
+                isinstance(ref, dict)
+                and set(ref) <= {"name", "maxNodes", "max_nodes"}
+                and "name" in ref
+            ):
+                if ref["name"] not in gpupools:
+                    known = ", ".join(sorted(gpupools)) or "none given"
+                    raise SpecError(
+                        f"{path}.pools[{i}].name",
+                        f"GPUPool {ref['name']!r} not found (GPUPool manifests: {known}); "
+                        "pass its manifest with --pool-file",
+                    )
+                resolved.append(
+                    {**gpupools[ref["name"]], **{k: v for k, v in ref.items() if k != "name"}}
+                )
+            else:
+                resolved.append(ref)
+        raw["pools"] = resolved
     return validate(PlanSpec, raw, str(path)), Path(path).resolve().parent

@@ -169,17 +169,16 @@ def _resolve_link(value: Any) -> Any:
     return resolve(value, LINK_PRESETS, "link")
 
 
-GPURef = Annotated[GPUSpec, BeforeValidator(_resolve_gpu)]
-LinkRef = Annotated[LinkSpec, BeforeValidator(_resolve_link)]
+GPURef = Annotated[GPUSpec, BeforeValidator(_resolve_gpu, json_schema_input_type=str | GPUSpec)]
+LinkRef = Annotated[LinkSpec, BeforeValidator(_resolve_link, json_schema_input_type=str | LinkSpec)]
 
 _NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
-class PoolSpec(SpecModel):
-    """A pool of identical GPU nodes at one site."""
+class PoolHardware(SpecModel):
+    """A pool of identical GPU nodes at one site (everything but its name; the ``GPUPool``
+    custom resource takes the name from its metadata)."""
 
-    name: str = Field(min_length=1, max_length=63)
-    """Pool name (a DNS-1123 label: lower case, digits and '-')."""
     gpu: GPURef
     """GPU preset name or an inline GPU spec."""
     nodes: int = Field(ge=1, le=4096)
@@ -197,13 +196,6 @@ class PoolSpec(SpecModel):
     price_per_gpu_hour_usd: float = Field(default=0.0, ge=0)
     """Price of one GPU for one hour."""
 
-    @field_validator("name")
-    @classmethod
-    def _dns_label(cls, value: str) -> str:
-        if not _NAME_RE.match(value):
-            raise ValueError("must be a DNS-1123 label (lower-case letters, digits and '-')")
-        return value
-
     @property
     def intra(self) -> LinkSpec:
         """The link inside a node (the pool's, else the GPU's usual one)."""
@@ -217,3 +209,17 @@ class PoolSpec(SpecModel):
     @property
     def total_gpus(self) -> int:
         return self.nodes * self.gpus_per_node
+
+
+class PoolSpec(PoolHardware):
+    """A named pool."""
+
+    name: str = Field(min_length=1, max_length=63)
+    """Pool name (a DNS-1123 label: lower case, digits and '-')."""
+
+    @field_validator("name")
+    @classmethod
+    def _dns_label(cls, value: str) -> str:
+        if not _NAME_RE.match(value):
+            raise ValueError("must be a DNS-1123 label (lower-case letters, digits and '-')")
+        return value

@@ -222,5 +222,7 @@ def _resolve_model(value: Any) -> Any:
     return resolve(value, MODEL_PRESETS, "model")
 
 
-ModelRef = Annotated[TransformerSpec, BeforeValidator(_resolve_model)]
+ModelRef = Annotated[
+    TransformerSpec, BeforeValidator(_resolve_model, json_schema_input_type=str | TransformerSpec)
+]
 """A model field that accepts a preset name, ``{preset: NAME, <overrides>}`` or a full spec."""

@@ -24,6 +24,17 @@ class TrainingSpec(SpecModel):
     """The training job's shape and budget. Defaults follow TorchTitan's FSDP2 recipe:
     BF16 compute, FP32 sharded master parameters, FP32 gradient reduction, AdamW."""
 
+    model_config = SpecModel.model_config | {
+        "json_schema_extra": {
+            "x-kubernetes-validations": [
+                {
+                    "rule": "self.globalBatchTokens % self.seqLenTokens == 0",
+                    "message": "globalBatchTokens must be a multiple of seqLenTokens",
+                }
+            ]
+        }
+    }
+
     seq_len_tokens: int = Field(ge=1, le=1_048_576)
     """Tokens per sequence s."""
     global_batch_tokens: int = Field(ge=1, le=10**12)
@@ -74,15 +85,32 @@ class StrategySpec(SpecModel):
     islands with torchft's knobs: ``syncEvery`` (H), ``fragments`` (P) and
     ``fragmentSyncDelay`` (τ). torchft requires H % P == 0 and τ < H / P."""
 
+    model_config = SpecModel.model_config | {
+        "json_schema_extra": {
+            "x-kubernetes-validations": [
+                {
+                    "rule": "!has(self.syncEvery) || !has(self.fragments) || type(self.syncEvery) != int"
+                    " || type(self.fragments) != int || self.syncEvery % self.fragments == 0",
+                    "message": "syncEvery must be a multiple of fragments (torchft rule)",
+                },
+                {
+                    "rule": "!has(self.syncEvery) || !has(self.fragments) || !has(self.fragmentSyncDelay)"
+                    " || type(self.syncEvery) != int || type(self.fragments) != int"
+                    " || type(self.fragmentSyncDelay) != int"
+                    " || self.fragmentSyncDelay < self.syncEvery / self.fragments",
+                    "message": "fragmentSyncDelay must be < syncEvery / fragments (torchft rule)",
+                },
+            ]
+        }
+    }
+
     kind: StrategyKind = StrategyKind.STREAMING_DILOCO
     """fsdp (one island), diloco (blocking outer step) or streaming-diloco."""
-    sync_every: int | Auto = Field(default="auto", json_schema_extra={"x-int-or-auto": True})
+    sync_every: int | Auto = "auto"
     """Inner steps per outer step H, or auto (smallest candidate with zero blocking)."""
-    fragments: int | Auto = Field(default="auto", json_schema_extra={"x-int-or-auto": True})
+    fragments: int | Auto = "auto"
     """Streaming DiLoCo fragments P, or auto (fewest with zero blocking)."""
-    fragment_sync_delay: int | Auto = Field(
-        default="auto", json_schema_extra={"x-int-or-auto": True}
-    )
+    fragment_sync_delay: int | Auto = "auto"
     """Steps τ between starting a fragment's all_reduce and needing it, or auto."""
     fragment_layout: Literal["contiguous", "strided"] = "contiguous"
     """contiguous: fragment j holds blocks [j·L/P, (j+1)·L/P); strided: blocks j, j+P, …"""

@@ -1,0 +1,87 @@
+"""``python -m shardmeter_operator``: run the operator (kopf embedded)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+import kopf
+
+from shardmeter_operator import log, metrics
+from shardmeter_operator.config import OperatorConfig
+from shardmeter_operator.handlers import build_registry
+
+
+def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="shardmeter-operator", description="The ShardMeter Kubernetes operator."
+    )
+    scope = p.add_mutually_exclusive_group()
+    scope.add_argument(
+        "-n",
+        "--namespace",
+        action="append",
+        default=[],
+        help="watch TrainingPlans in this namespace (repeatable; glob patterns allowed)",
+    )
+    scope.add_argument(
+        "-A", "--all-namespaces", action="store_true", help="watch every namespace (default)"
+    )
+    p.add_argument(
+        "--operator-namespace",
+        help="where coefficients ConfigMaps and bench Jobs live "
+        "(default $POD_NAMESPACE or shardmeter-system)",
+    )
+    p.add_argument("--bench-image", help="image of the benchmark Job")
+    p.add_argument("--bench-service-account", help="ServiceAccount of benchmark Jobs")
+    p.add_argument(
+        "--recheck-interval", type=float, help="seconds between coefficient re-checks (default 30)"
+    )
+    p.add_argument(
+        "--retry-backoff", type=float, help="first benchmark retry delay in seconds (default 60)"
+    )
+    p.add_argument("--kubeconfig", help="kubeconfig outside a cluster (default $KUBECONFIG)")
+    p.add_argument(
+        "--standalone", action="store_true", help="no peering with other operator instances"
+    )
+    p.add_argument(
+        "--metrics-port", type=int, default=9090, help="Prometheus /metrics port (0 disables)"
+    )
+    p.add_argument(
+        "--liveness", default="http://0.0.0.0:8080/healthz", help="kopf liveness endpoint URL"
+    )
+    p.add_argument("--log-level", default="INFO")
+    p.add_argument(
+        "--log-json", action="store_true", default=None, help="JSON logs (default: when not a TTY)"
+    )
+    return p.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse(argv)
+    log.configure(args.log_level, args.log_json)
+    config = OperatorConfig.from_env(
+        namespace=args.operator_namespace,
+        bench_image=args.bench_image,
+        bench_service_account=args.bench_service_account,
+        recheck_interval_s=args.recheck_interval,
+        retry_backoff_s=args.retry_backoff,
+        kubeconfig=args.kubeconfig,
+    )
+    if args.metrics_port:
+        metrics.serve(args.metrics_port)
+    namespaces = args.namespace
+    kopf.run(
+        registry=build_registry(config),
+        memo=kopf.Memo(config=config, kube=None),
+        standalone=args.standalone,
+        clusterwide=not namespaces,
+        namespaces=namespaces,
+        liveness_endpoint=args.liveness or None,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,178 @@
+"""A thin asynchronous facade over the blocking ``kubernetes`` client: every call runs in a
+worker thread (never on the event loop). Creates treat 409 as "already there", deletes treat
+404 as done; errors that a retry can fix surface as ``kopf.TemporaryError``."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import kopf
+import kubernetes
+from kubernetes.client.exceptions import ApiException
+
+Manifest = dict[str, Any]
+
+
+def load_configuration(kubeconfig: str | None = None) -> kubernetes.client.Configuration:
+    """In-cluster service account when running in a pod, else the kubeconfig file
+    (``kubeconfig`` argument, then $KUBECONFIG, then ~/.kube/config) — read at call time."""
+    cfg = kubernetes.client.Configuration()
+    if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+        kubernetes.config.load_incluster_config(client_configuration=cfg)
+    else:
+        path = kubeconfig or os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
+        kubernetes.config.load_kube_config(config_file=path, client_configuration=cfg)
+    return cfg
+
+
+def connection_info(cfg: kubernetes.client.Configuration) -> kopf.ConnectionInfo:
+    """The same credentials for kopf's own API access."""
+    token = (cfg.api_key or {}).get("authorization") or (cfg.api_key or {}).get("BearerToken")
+    scheme, _, value = (token or "").partition(" ")
+    return kopf.ConnectionInfo(
+        server=cfg.host,
+        ca_path=cfg.ssl_ca_cert,
+        insecure=not cfg.verify_ssl,
+        scheme=scheme or None,
+        token=value or None,
+        certificate_path=cfg.cert_file,
+        private_key_path=cfg.key_file,
+    )
+
+
+@dataclass(frozen=True)
+class _Kind:
+    api: str
+    plural: str
+    namespaced: bool = True
+
+
+_KINDS: dict[tuple[str, str], _Kind] = {
+    ("v1", "ConfigMap"): _Kind("CoreV1Api", "config_map"),
+    ("v1", "Service"): _Kind("CoreV1Api", "service"),
+    ("batch/v1", "Job"): _Kind("BatchV1Api", "job"),
+    ("rbac.authorization.k8s.io/v1", "Role"): _Kind("RbacAuthorizationV1Api", "role"),
+    ("rbac.authorization.k8s.io/v1", "RoleBinding"): _Kind(
+        "RbacAuthorizationV1Api", "role_binding"
+    ),
+}
+
+
+class Kube:
+    """The API calls the operator makes — every one of them (the Helm chart's ClusterRole
+    is checked against this class by a test)."""
+
+    def __init__(self, cfg: kubernetes.client.Configuration) -> None:
+        self.client = kubernetes.client.ApiClient(cfg)
+
+    def _api(self, manifest_or_key: Manifest | tuple[str, str]) -> tuple[Any, _Kind]:
+        key = (
+            manifest_or_key
+            if isinstance(manifest_or_key, tuple)
+            else (manifest_or_key["apiVersion"], manifest_or_key["kind"])
+        )
+        kind = _KINDS[key]
+        return getattr(kubernetes.client, kind.api)(self.client), kind
+
+    def _plain(self, obj: Any) -> Manifest:
+        return dict(self.client.sanitize_for_serialization(obj))
+
+    async def create(self, manifest: Manifest) -> tuple[Manifest, bool]:
+        """Create ``manifest``; if it exists, return the existing object. (obj, created)"""
+        api, kind = self._api(manifest)
+        ns = manifest["metadata"]["namespace"]
+        try:
+            obj = await asyncio.to_thread(
+                getattr(api, f"create_namespaced_{kind.plural}"), ns, manifest
+            )
+            return self._plain(obj), True
+        except ApiException as exc:
+            if exc.status == 409:
+                existing = await self.get(
+                    manifest["apiVersion"], manifest["kind"], ns, manifest["metadata"]["name"]
+                )
+                if existing is not None:
+                    return existing, False
+            raise _temporary(
+                exc, f"create {manifest['kind']} {ns}/{manifest['metadata']['name']}"
+            ) from exc
+
+    async def get(
+        self, api_version: str, kind_name: str, namespace: str, name: str
+    ) -> Manifest | None:
+        api, kind = self._api((api_version, kind_name))
+        try:
+            obj = await asyncio.to_thread(
+                getattr(api, f"read_namespaced_{kind.plural}"), name, namespace
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise _temporary(exc, f"get {kind_name} {namespace}/{name}") from exc
+        return self._plain(obj)
+
+    async def patch(
+        self, api_version: str, kind_name: str, namespace: str, name: str, body: Manifest
+    ) -> Manifest:
+        """A JSON merge patch."""
+        api, kind = self._api((api_version, kind_name))
+        fn = getattr(api, f"patch_namespaced_{kind.plural}")
+        try:
+            obj = await asyncio.to_thread(
+                lambda: fn(name, namespace, body, _content_type="application/merge-patch+json")
+            )
+        except ApiException as exc:
+            raise _temporary(exc, f"patch {kind_name} {namespace}/{name}") from exc
+        return self._plain(obj)
+
+    async def patch_cluster_status(
+        self, group: str, version: str, plural: str, name: str, status: Manifest
+    ) -> None:
+        """Merge-patch the status of a cluster-scoped custom resource."""
+        api = kubernetes.client.CustomObjectsApi(self.client)
+        try:
+            await asyncio.to_thread(
+                lambda: api.patch_cluster_custom_object_status(
+                    group,
+                    version,
+                    plural,
+                    name,
+                    {"status": status},
+                    _content_type="application/merge-patch+json",
+                )
+            )
+        except ApiException as exc:
+            if exc.status != 404:
+                raise _temporary(exc, f"patch {plural}/{name} status") from exc
+
+    async def patch_namespaced_custom(
+        self, group: str, version: str, namespace: str, plural: str, name: str, body: Manifest
+    ) -> None:
+        api = kubernetes.client.CustomObjectsApi(self.client)
+        try:
+            await asyncio.to_thread(
+                lambda: api.patch_namespaced_custom_object(
+                    group,
+                    version,
+                    namespace,
+                    plural,
+                    name,
+                    body,
+                    _content_type="application/merge-patch+json",
+                )
+            )
+        except ApiException as exc:
+            if exc.status != 404:
+                raise _temporary(exc, f"patch {plural} {namespace}/{name}") from exc
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def _temporary(exc: ApiException, what: str) -> kopf.TemporaryError:
+    delay = 5 if exc.status in (429, 500, 502, 503, 504) or exc.status is None else 30
+    reason = (exc.reason or "").strip()
+    return kopf.TemporaryError(f"{what} failed: HTTP {exc.status} {reason}", delay=delay)

@@ -1,0 +1,37 @@
+"""structlog configuration: JSON lines when stderr is not a terminal (containers), coloured
+key-value lines on a terminal. Standard-library logging (kopf's) goes through it too."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import structlog
+
+
+def configure(level: str = "INFO", json_logs: bool | None = None) -> None:
+    json_logs = not sys.stderr.isatty() if json_logs is None else json_logs
+    shared: list[structlog.types.Processor] = [
+        structlog.contextvars.merge_contextvars,
+        structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+    ]
+    renderer: structlog.types.Processor = (
+        structlog.processors.JSONRenderer() if json_logs else structlog.dev.ConsoleRenderer()
+    )
+    structlog.configure(
+        processors=[*shared, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
+        logger_factory=structlog.stdlib.LoggerFactory(),
+        wrapper_class=structlog.stdlib.BoundLogger,
+        cache_logger_on_first_use=True,
+    )
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
+            foreign_pre_chain=[*shared, structlog.stdlib.ExtraAdder()],
+        )
+    )
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())

@@ -1,0 +1,208 @@
+"""The custom resources, as pydantic models: the single source of the CRDs' OpenAPI schemas
+(`shardmeter_operator.crdgen`), of spec validation in the handlers, and of status shapes.
+
+Group ``shardmeter.io``, version ``v1alpha1``:
+
+* ``GPUPool`` (cluster-scoped) — a node pool: its hardware (the model's `PoolHardware`),
+  where its nodes are (node selector, tolerations) and how to benchmark it;
+* ``TrainingPlan`` (namespaced) — a planning request (the model's `PlanRequest`, the same
+  fields as a plan file) over named GPUPools, with ``launch`` and a Job ``template``.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+from shardmeter.plan.schema import PlanRequest
+from shardmeter.spec.base import SpecModel
+from shardmeter.spec.hardware import PoolHardware
+
+GROUP = "shardmeter.io"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+
+
+class Toleration(SpecModel):
+    """A core/v1 Toleration."""
+
+    key: str | None = Field(default=None, max_length=253)
+    operator: Literal["Exists", "Equal"] | None = None
+    value: str | None = Field(default=None, max_length=253)
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+    toleration_seconds: int | None = None
+
+
+class BenchmarkSettings(SpecModel):
+    """How the operator benchmarks a pool."""
+
+    enabled: bool = False
+    """Run the benchmark Job; without it the pool uses datasheet priors."""
+    image: str = Field(default="", max_length=512)
+    """The bench image; empty uses the operator's configured default."""
+    configs: int = Field(default=60, ge=4, le=200)
+    """Transformer shapes to profile (the paper uses up to 200)."""
+    nodes: int = Field(default=2, ge=1, le=64)
+    """Nodes the benchmark Job uses (2 measures inter-node collectives; 1 only intra-node)."""
+    max_retries: int = Field(default=3, ge=0, le=10)
+    """Failed benchmark Jobs are retried this many times, with exponential backoff."""
+
+
+class GPUPoolSpec(PoolHardware):
+    """A GPU node pool (see PoolHardware for the hardware fields)."""
+
+    node_selector: dict[str, str] = Field(default_factory=dict, max_length=32)
+    """Labels selecting the pool's nodes; merged into every Job scheduled on the pool."""
+    tolerations: list[Toleration] = Field(default_factory=list, max_length=32)
+    benchmark: BenchmarkSettings = Field(default_factory=BenchmarkSettings)
+
+
+class ConditionStatus(StrEnum):
+    TRUE = "True"
+    FALSE = "False"
+    UNKNOWN = "Unknown"
+
+
+class Condition(BaseModel):
+    """A standard Kubernetes condition (as in metav1.Condition)."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        validate_by_name=True,
+        validate_by_alias=True,
+        serialize_by_alias=True,
+        extra="forbid",
+    )
+    type: str = Field(max_length=316)
+    status: ConditionStatus
+    reason: str = Field(max_length=1024)
+    message: str = Field(default="", max_length=32768)
+    last_transition_time: str
+    observed_generation: int = 0
+
+
+class _Status(BaseModel):
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        validate_by_name=True,
+        validate_by_alias=True,
+        serialize_by_alias=True,
+        extra="forbid",
+    )
+
+
+class BenchmarkPhase(StrEnum):
+    DISABLED = "Disabled"
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    BACKOFF = "BackOff"
+
+
+class GPUPoolStatus(_Status):
+    observed_generation: int = 0
+    coefficients_config_map: str = Field(default="", max_length=253)
+    """``namespace/name`` of the ConfigMap holding the coefficients document."""
+    source: Literal["measured", "prior", ""] = ""
+    measured_at: str = ""
+    fit_mape: float | None = None
+    """Worst cross-validated MAPE of the fitted coefficients (fraction)."""
+    benchmark_job: str = Field(default="", max_length=253)
+    benchmark_phase: BenchmarkPhase = BenchmarkPhase.DISABLED
+    benchmark_attempts: int = 0
+    benchmark_generation: int = 0
+    """The spec generation the current benchmark measures."""
+    next_retry_at: str = ""
+    coefficients_revision: str = Field(default="", max_length=64)
+    """Changes whenever the pool's coefficients change; TrainingPlans re-plan on it."""
+    conditions: list[Condition] = Field(default_factory=list, max_length=16)
+
+
+class PoolRef(SpecModel):
+    """A GPUPool the plan may use."""
+
+    name: str = Field(min_length=1, max_length=63)
+    max_nodes: int | None = Field(default=None, ge=0)
+    """Use at most this many of the pool's nodes."""
+
+
+class TrainingPlanSpec(PlanRequest):
+    """A planning request over GPUPools (see PlanRequest), plus launch control."""
+
+    pools: list[PoolRef] = Field(min_length=1, max_length=64)
+    launch: bool = False
+    """Create one Job per island from ``template`` (false: plan only)."""
+    template: dict[str, Any] = Field(
+        default_factory=dict, json_schema_extra={"x-kubernetes-preserve-unknown-fields": True}
+    )
+    """A batch/v1 JobTemplateSpec for one island's workers (metadata and spec)."""
+
+
+class TrainingPlanPhase(StrEnum):
+    PENDING = "Pending"
+    PLANNED = "Planned"
+    LAUNCHED = "Launched"
+    INFEASIBLE = "Infeasible"
+    INVALID = "Invalid"
+
+
+class IslandStatus(_Status):
+    name: str = Field(max_length=63)
+    """The island's Job name (also its rendezvous Service)."""
+    pool: str = Field(max_length=63)
+    nodes: int
+    gpus_per_node: int
+    micro_batch: int
+    accumulation: int
+    local_batch_tokens: int
+    step_seconds: float
+
+
+class DiLoCoSettings(_Status):
+    sync_every: int
+    fragments: int
+    fragment_sync_delay: int
+
+
+class Predictions(_Status):
+    step_seconds: float
+    """Inner step of the slowest island."""
+    tokens_per_second: float
+    hours: float
+    cost_usd: float
+    mfu: float
+    bottleneck: str = Field(max_length=64)
+    outer_step_blocking_seconds: float
+    """Compute stalled on the outer all_reduce per outer step (0 = fully hidden)."""
+
+
+class FrontierPoint(_Status):
+    label: str = Field(max_length=512)
+    tokens_per_second: float
+    hours: float
+    cost_usd: float
+
+
+class PoolCoefficients(_Status):
+    pool: str = Field(max_length=63)
+    source: Literal["measured", "prior"]
+    revision: str = Field(default="", max_length=64)
+
+
+class TrainingPlanStatus(_Status):
+    observed_generation: int = 0
+    phase: TrainingPlanPhase = TrainingPlanPhase.PENDING
+    plan: str = Field(default="", max_length=1024)
+    """The chosen plan in the paper's notation, e.g. "8×1×8 H200 + 2×4×8 A100"."""
+    island_count: int = 0
+    gpus: int = 0
+    islands: list[IslandStatus] = Field(default_factory=list, max_length=64)
+    streaming_di_lo_co: DiLoCoSettings | None = Field(default=None, alias="streamingDiLoCo")
+    predictions: Predictions | None = None
+    frontier: list[FrontierPoint] = Field(default_factory=list, max_length=10)
+    coefficients: list[PoolCoefficients] = Field(default_factory=list, max_length=64)
+    jobs: list[str] = Field(default_factory=list, max_length=64)
+    conditions: list[Condition] = Field(default_factory=list, max_length=16)
