@@ -292,20 +292,27 @@ class Evaluator:
         lat = np.where(link_ok, lat, 0.0)
         spb = np.where(link_ok, spb, 0.0)
         p = islands.astype(np.float64)
-        # all_reduce seconds of every fragment for every fragment count: (n, F, j)
-        ar = (
-            2.0
-            * (p - 1)[:, None, None]
-            * (
-                lat[:, None, None]
-                + spb[:, None, None]
-                * self.payload[None, :, :]
-                / (rails * np.maximum(p, 1))[:, None, None]
+
+        def all_reduce(rows: IntArray | slice, payload: FloatArray) -> FloatArray:
+            """All_reduce seconds of ``payload`` bytes for the candidates ``rows``
+            (payload broadcast against trailing axes)."""
+            pr = p[rows]
+            shape = (-1,) + (1,) * (payload.ndim)
+            out = (
+                2.0
+                * (pr - 1).reshape(shape)
+                * (
+                    lat[rows].reshape(shape)
+                    + spb[rows].reshape(shape)
+                    * payload[None]
+                    / (rails[rows] * np.maximum(pr, 1)).reshape(shape)
+                )
             )
-        )
-        ar = np.where(self.payload[None, :, :] > 0, ar, 0.0)
-        ar = np.where((p > 1)[:, None, None], ar, 0.0)
-        ar_max = ar.max(axis=2)  # (n, F)
+            return np.asarray(np.where((pr > 1).reshape(shape) & (payload[None] > 0), out, 0.0))
+
+        # the slowest fragment's all_reduce for every fragment count: (n, F); the all_reduce
+        # is monotone in the payload, so the largest fragment is the slowest
+        ar_max = all_reduce(slice(None), self.payload.max(axis=1))
         outer = np.where(used, t.outer_step_s[opt], 0.0).max(axis=1)
         fcount = np.arange(1, self.layers + 1)
         safe_step = np.maximum(step, 1e-30)
@@ -368,7 +375,7 @@ class Evaluator:
             taus = np.full(self.layers, fixed_tau) if fixed_tau is not None else window - 1
             legal &= taus < window
             idx = np.flatnonzero(~found)
-            sub = ar[idx]  # (m, F, j)
+            sub = all_reduce(idx, self.payload)  # (m, F, j): every fragment, for the few that block
             blk = np.maximum(sub - (taus[None, :, None] * step[idx][:, None, None]), 0.0)
             blk = np.where(self.payload[None, :, :] > 0, blk, 0.0).sum(axis=2)
             blk = np.where(legal[None, :], blk, np.inf)

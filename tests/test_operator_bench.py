@@ -1,0 +1,186 @@
+"""GPUPool benchmarking through the operator: the Job, adoption of measured coefficients,
+re-evaluation of a launched plan (OuterStepBlocking), and bounded retries with backoff."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from operator_support import (
+    OPERATOR_NS,
+    apply,
+    condition,
+    manifest,
+    operator_cluster,
+    status_of,
+    variant,
+)
+from shardmeter.cost.coefficients import LinkRole, Source
+from shardmeter.cost.priors import prior_coefficients
+from shardmeter.spec.hardware import GPU_PRESETS, LINK_PRESETS
+from shardmeter_operator import metrics
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(120)]
+
+POOL_A = manifest("gpupool-cluster-a.yaml")
+PLAN = manifest("trainingplan.yaml")
+
+
+def measured_h200_with_slow_fabric() -> dict[str, str]:
+    """'Measured' coefficients as the bench Job would publish them: compute as the priors,
+    but the inter-node all_reduce 200× slower than the InfiniBand datasheet — the outer
+    all_reduce between islands at one site runs on that fabric."""
+    prior = prior_coefficients(
+        GPU_PRESETS["h200-141gb-sxm"],
+        LINK_PRESETS["nvlink4"],
+        LINK_PRESETS["ib-ndr"],
+        pool="cluster-a",
+    )
+    compute = {
+        t: fit.model_copy(update={"cv_mape": 0.04, "n_samples": 50})
+        for t, fit in prior.compute.items()
+    }
+    comm = {role: dict(fits) for role, fits in prior.communication.items()}
+    slow = comm[LinkRole.INTER_NODE]["all_reduce"]
+    comm[LinkRole.INTER_NODE]["all_reduce"] = slow.model_copy(
+        update={"seconds_per_byte": slow.seconds_per_byte * 200, "n_samples": 20, "mape": 0.05}
+    )
+    doc = prior.model_copy(
+        update={
+            "source": Source.MEASURED,
+            "measured_at": datetime.now(UTC),
+            "compute": compute,
+            "communication": comm,
+        }
+    )
+    return doc.to_configmap_data()
+
+
+async def test_benchmark_adoption_reevaluates_launched_plan(tmp_path: Path) -> None:
+    async with operator_cluster(tmp_path) as cluster:
+        pool = variant(POOL_A, benchmark={"enabled": True, "nodes": 2, "configs": 20})
+        plan = variant(PLAN, pools=[{"name": "cluster-a"}], launch=True)
+        await apply(cluster, pool, plan)
+        status = await status_of(
+            cluster, "gpupools", None, "cluster-a", lambda s: s.get("benchmarkPhase") == "Running"
+        )
+        job_name = status["benchmarkJob"]
+        job = cluster.get("jobs", OPERATOR_NS, job_name)
+        assert job["spec"]["completions"] == 2 and job["spec"]["completionMode"] == "Indexed"
+        pod = job["spec"]["template"]["spec"]
+        assert (
+            pod["serviceAccountName"] == "shardmeter-bench"
+            and pod["nodeSelector"] == POOL_A["spec"]["nodeSelector"]
+        )
+        command = pod["containers"][0]["command"]
+        assert command[0] == "torchrun" and "shardmeter_bench" in command
+        assert "configmap/shardmeter-coefficients-cluster-a" in command
+        role = cluster.get("roles", OPERATOR_NS, "shardmeter-bench-cluster-a")
+        assert role["rules"] == [
+            {
+                "apiGroups": [""],
+                "resources": ["configmaps"],
+                "resourceNames": ["shardmeter-coefficients-cluster-a"],
+                "verbs": ["get", "patch"],
+            }
+        ]
+        launched = await status_of(
+            cluster,
+            "trainingplans",
+            "default",
+            "llama-8b-case-study",
+            lambda s: s.get("phase") == "Launched",
+        )
+        assert condition(launched, "OuterStepBlocking")["status"] == "False"
+        jobs_before = cluster.count("POST", "jobs")
+        # the bench Job publishes measured coefficients and succeeds
+        cluster.apply(
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": "shardmeter-coefficients-cluster-a", "namespace": OPERATOR_NS},
+                "data": measured_h200_with_slow_fabric(),
+            }
+        )
+        cluster.set_job_succeeded(OPERATOR_NS, job_name)
+        pool_status = await status_of(
+            cluster, "gpupools", None, "cluster-a", lambda s: s.get("source") == "measured"
+        )
+        assert pool_status["benchmarkPhase"] == "Succeeded" and pool_status[
+            "fitMape"
+        ] == pytest.approx(0.05)
+        assert condition(pool_status, "CoefficientsReady")["reason"] == "Measured"
+        assert metrics.pool_fit_mape_ratio.labels("cluster-a")._value.get() == pytest.approx(0.05)
+        # the launched plan is re-evaluated, not re-planned: the slower fabric no longer hides
+        # the outer all_reduce behind the chosen delay
+        status = await status_of(
+            cluster,
+            "trainingplans",
+            "default",
+            "llama-8b-case-study",
+            lambda s: condition(s, "OuterStepBlocking")["status"] == "True",
+        )
+        blocking = condition(status, "OuterStepBlocking")
+        assert "recommended: fragments" in blocking["message"]
+        assert status["predictions"]["outerStepBlockingSeconds"] > 0
+        assert status["predictions"]["bottleneck"] == "outer-step-bound"
+        assert condition(status, "UsingPriorCoefficients")["status"] == "False"
+
+        # eventually the plan records the revision of the coefficients it was evaluated with
+        def current() -> str:
+            return str(cluster.get("gpupools", None, "cluster-a")["status"]["coefficientsRevision"])
+
+        await status_of(
+            cluster,
+            "trainingplans",
+            "default",
+            "llama-8b-case-study",
+            lambda s: (
+                s["coefficients"][0]
+                == {"pool": "cluster-a", "source": "measured", "revision": current()}
+            ),
+        )
+        assert cluster.count("POST", "jobs") == jobs_before and cluster.count("DELETE", "jobs") == 0
+        assert (
+            metrics.plan_blocking_seconds.labels("default", "llama-8b-case-study")._value.get() > 0
+        )
+
+
+async def test_failed_benchmark_retries_then_gives_up(tmp_path: Path) -> None:
+    async with operator_cluster(tmp_path) as cluster:
+        await apply(cluster, variant(POOL_A, benchmark={"enabled": True, "maxRetries": 1}))
+        first = (
+            await status_of(
+                cluster,
+                "gpupools",
+                None,
+                "cluster-a",
+                lambda s: s.get("benchmarkPhase") == "Running",
+            )
+        )["benchmarkJob"]
+        cluster.set_job_failed(OPERATOR_NS, first, reason="BackoffLimitExceeded")
+        retried = await status_of(
+            cluster,
+            "gpupools",
+            None,
+            "cluster-a",
+            lambda s: s.get("benchmarkPhase") == "Running" and s.get("benchmarkJob") != first,
+        )
+        assert retried["benchmarkAttempts"] == 1 and retried["benchmarkJob"].endswith("-a1")
+        cluster.set_job_failed(OPERATOR_NS, retried["benchmarkJob"], reason="DeadlineExceeded")
+        failed = await status_of(
+            cluster, "gpupools", None, "cluster-a", lambda s: s.get("benchmarkPhase") == "Failed"
+        )
+        cond = condition(failed, "BenchmarkSucceeded")
+        assert cond["status"] == "False" and cond["reason"] == "BenchmarkFailed"
+        assert (
+            retried["benchmarkJob"] in cond["message"]
+            and "gave up after 2 attempts" in cond["message"]
+        )
+        assert failed["source"] == "prior"  # priors stay in use
+        cm = cluster.get("configmaps", OPERATOR_NS, "shardmeter-coefficients-cluster-a")
+        assert json.loads(cm["data"]["coefficients.json"])["source"] == "prior"
+        assert len(cluster.list("jobs", OPERATOR_NS)) == 2  # bounded: no further Jobs

@@ -1,0 +1,64 @@
+"""Black box: `python -m shardmeter_operator` and the emulated API server as subprocesses,
+driven with the real kubectl exactly as a user would."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from support.operator_process import REPO, operator_process
+
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(180)]
+EX = REPO / "examples"
+
+
+def test_kubectl_apply_to_planned_and_launched(tmp_path: Path) -> None:
+    with operator_process(tmp_path) as op:
+        op.kubectl(
+            "apply",
+            "--validate=false",
+            "-f",
+            str(EX / "gpupool-cluster-a.yaml"),
+            "-f",
+            str(EX / "gpupool-cluster-b.yaml"),
+            "-f",
+            str(EX / "trainingplan.yaml"),
+        )
+        op.kubectl(
+            "wait",
+            "--for=jsonpath={.status.phase}=Planned",
+            "trainingplan/llama-8b-case-study",
+            "--timeout=60s",
+        )
+        op.kubectl(
+            "wait", "--for=condition=CoefficientsReady", "gpupool/cluster-a", "--timeout=30s"
+        )
+        plan = json.loads(
+            op.kubectl("get", "trainingplan", "llama-8b-case-study", "-o", "json").stdout
+        )
+        assert plan["status"]["predictions"]["tokensPerSecond"] > 0
+        table = op.kubectl("get", "trainingplans,gpupools").stdout
+        assert "llama-8b-case-study" in table and "cluster-a" in table and "prior" in table
+        patch = json.dumps({"spec": {"launch": True}})
+        op.kubectl("patch", "trainingplan", "llama-8b-case-study", "--type=merge", "-p", patch)
+        op.kubectl(
+            "wait",
+            "--for=jsonpath={.status.phase}=Launched",
+            "trainingplan/llama-8b-case-study",
+            "--timeout=60s",
+        )
+        jobs = json.loads(op.kubectl("get", "jobs", "-o", "json").stdout)["items"]
+        assert len(jobs) == plan["status"]["islandCount"]
+        text = op.fetch(op.metrics_url)
+        assert (
+            'shardmeter_plan_predicted_tokens_per_second{namespace="default",trainingplan="llama-8b-case-study"}'
+            in text
+        )
+        assert 'shardmeter_pool_coefficients_age_seconds{gpupool="cluster-a"}' in text
+        op.kubectl("delete", "-f", str(EX / "trainingplan.yaml"))
+        op.kubectl("wait", "--for=delete", "trainingplan/llama-8b-case-study", "--timeout=30s")
+        assert op.operator.poll() is None  # never crashed
+        log = op.log.read_text().splitlines()
+        assert all(line.startswith("{") for line in log if line.strip())  # JSON logs off a terminal
