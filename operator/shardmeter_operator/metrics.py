@@ -136,6 +136,21 @@ def set_plan(
     plan_infeasible.labels(*labels).set(0)
 
 
+def set_predictions(namespace: str, name: str, predictions: dict[str, float | str]) -> None:
+    """The plan gauges from a TrainingPlan's ``status.predictions``."""
+    p = predictions
+    set_plan(
+        namespace,
+        name,
+        step=float(p["stepSeconds"]),
+        tokens=float(p["tokensPerSecond"]),
+        cost=float(p["costUsd"]),
+        duration=float(p["hours"]) * 3600,
+        blocking=float(p["outerStepBlockingSeconds"]),
+        mfu=float(p["mfu"]),
+    )
+
+
 def set_recommendation(
     namespace: str, name: str, sync_every: int, fragments: int, delay: int
 ) -> None:

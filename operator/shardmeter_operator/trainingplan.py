@@ -217,16 +217,7 @@ async def reconcile_plan(
     metrics.plan_search_seconds.observe(time.perf_counter() - started)
     st = outcome.status
     pred = st["predictions"]
-    metrics.set_plan(
-        namespace,
-        name,
-        step=pred["stepSeconds"],
-        tokens=pred["tokensPerSecond"],
-        cost=pred["costUsd"],
-        duration=pred["hours"] * 3600,
-        blocking=pred["outerStepBlockingSeconds"],
-        mfu=pred["mfu"],
-    )
+    metrics.set_predictions(namespace, name, pred)
     conditions = set_condition(
         conditions,
         Type.PLANNED,
@@ -348,16 +339,7 @@ async def _reevaluate(
 ) -> Status:
     ev = await asyncio.to_thread(reevaluate, request, docs, status)
     p = ev.predictions
-    metrics.set_plan(
-        namespace,
-        name,
-        step=p["stepSeconds"],
-        tokens=p["tokensPerSecond"],
-        cost=p["costUsd"],
-        duration=p["hours"] * 3600,
-        blocking=p["outerStepBlockingSeconds"],
-        mfu=p["mfu"],
-    )
+    metrics.set_predictions(namespace, name, p)
     conditions = _blocking_condition(
         conditions,
         request.strategy.is_diloco,
