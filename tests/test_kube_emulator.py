@@ -1,4 +1,4 @@
-"""Tests of the emulated Kubernetes API server (tests/support/kube_emulator.py) and its helpers."""
+"""Tests of the emulated Kubernetes API server (tests/support/kube_emulator/) and its helpers."""
 
 import asyncio
 import json
