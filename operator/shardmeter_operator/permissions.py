@@ -38,6 +38,22 @@ PERMISSIONS: tuple[Permission, ...] = (
     Permission(
         "shardmeter.io", "trainingplans/status", ("get", "patch"), "cluster", "TrainingPlan status"
     ),
+    # children carry blockOwnerDeletion: clusters that enforce owner-reference permissions
+    # (OwnerReferencesPermissionEnforcement) require update on the owner's finalizers
+    Permission(
+        "shardmeter.io",
+        "gpupools/finalizers",
+        ("update",),
+        "cluster",
+        "set blockOwnerDeletion on the ConfigMaps, Jobs and Roles a GPUPool owns",
+    ),
+    Permission(
+        "shardmeter.io",
+        "trainingplans/finalizers",
+        ("update",),
+        "cluster",
+        "set blockOwnerDeletion on the Jobs and Services a TrainingPlan owns",
+    ),
     # kopf: resource discovery and events
     Permission(
         "apiextensions.k8s.io",

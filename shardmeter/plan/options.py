@@ -48,8 +48,6 @@ class ShapeProfile:
     shape: IslandShape
     configs: list[Config]
     """Pareto list: step_s ascending, sequences strictly ascending."""
-    throughput_bound: float
-    """Upper bound on sequences/s of one island (max over b of b·N·G / Δ_b, Δ ≤ T(1))."""
     outer_step_s: float
     """DiLoCo outer optimizer step of the whole model on one rank of this shape."""
     models: dict[int, IslandStepModel] = field(repr=False, default_factory=dict)
@@ -137,23 +135,19 @@ def build_pool_context(
             continue
         b_acc = cm.max_micro_batch(p, 2, on_gpu)
         upper = min(b1, limit // p)
-        configs, models, bound = [], {}, 0.0
+        configs, models = [], {}
         for b in micro_batch_candidates(upper, (b1, b_acc)):
             model = IslandStepModel(cm, shape, b)
             models[b] = model
-            t1 = model.step_s(1)
-            configs.append(Config(t1, b * p, b, 1))
-            bound = max(bound, b * p / t1)
+            configs.append(Config(model.step_s(1), b * p, b, 1))
             if b <= b_acc and 2 * b * p <= limit:
-                delta = model.increment_s
-                bound = max(bound, b * p / delta) if delta > 0 else float("inf")
-                for a in range(2, limit // (b * p) + 1):
-                    configs.append(Config(t1 + (a - 1) * delta, a * b * p, b, a))
+                configs += [
+                    Config(model.step_s(a), a * b * p, b, a) for a in range(2, limit // (b * p) + 1)
+                ]
         shapes.append(
             ShapeProfile(
                 shape,
                 pareto(configs),
-                bound,
                 cm.outer_step_seconds(spec.model.total_params, p, on_gpu),
                 models,
             )
@@ -190,8 +184,6 @@ class OptionTable:
     usd_per_hour: npt.NDArray[np.float64]
     segment: npt.NDArray[np.int64]
     """Index of the option's shape segment in the flat Pareto arrays."""
-    throughput_bound: npt.NDArray[np.float64]
-    """Upper bound on the option's sequences/s (k islands)."""
     outer_step_s: npt.NDArray[np.float64]
     peak_flops: npt.NDArray[np.float64]
     """Peak FLOP/s of all the option's GPUs together."""
@@ -237,9 +229,6 @@ def option_table(contexts: Sequence[PoolContext]) -> OptionTable:
         ranks=ints([s.shape.ranks for s in shapes]),
         usd_per_hour=floats([o.usd_per_hour for o in opts]),
         segment=ints([seg_of[(o.pool, o.shape)] for o in opts]),
-        throughput_bound=floats(
-            [o.islands * s.throughput_bound for o, s in zip(opts, shapes, strict=True)]
-        ),
         outer_step_s=floats([s.outer_step_s for s in shapes]),
         peak_flops=floats([o.gpus * by_index[o.pool].cost_model.peak_flop_per_s for o in opts]),
         seg_start=ints(starts),

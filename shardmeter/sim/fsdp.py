@@ -56,10 +56,6 @@ class FSDPDurations:
         if n == 0:
             raise SpecError("units", "at least one unit is needed")
 
-    @property
-    def compute_per_micro_step_s(self) -> float:
-        return sum(self.forward_s) + sum(self.backward_s)
-
     @classmethod
     def from_cost_model(
         cls, cm: CostModel, nodes: int, gpus_per_node: int, micro_batch: int

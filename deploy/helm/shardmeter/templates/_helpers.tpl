@@ -1,0 +1,62 @@
+{{/* Chart name, truncated to a DNS label. */}}
+{{- define "shardmeter.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* "<release>-<chart>" (or the release name when it already contains the chart name). */}}
+{{- define "shardmeter.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 52 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 52 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 52 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* Labels of every object of the release (no component). */}}
+{{- define "shardmeter.commonLabels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+app.kubernetes.io/name: {{ include "shardmeter.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: shardmeter
+{{- end }}
+
+{{/* Labels of the operator's objects. */}}
+{{- define "shardmeter.labels" -}}
+{{ include "shardmeter.commonLabels" . }}
+app.kubernetes.io/component: operator
+{{- end }}
+
+{{/* Labels selecting the operator pod. */}}
+{{- define "shardmeter.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "shardmeter.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: operator
+{{- end }}
+
+{{/* The operator's ServiceAccount. */}}
+{{- define "shardmeter.serviceAccountName" -}}
+{{- default (include "shardmeter.fullname" .) .Values.serviceAccount.name }}
+{{- end }}
+
+{{/* The benchmark Jobs' ServiceAccount. */}}
+{{- define "shardmeter.benchServiceAccountName" -}}
+{{- default (printf "%s-bench" (include "shardmeter.fullname" .)) .Values.benchServiceAccount.name }}
+{{- end }}
+
+{{/* "repository@digest" or "repository:tag" (tag defaults to appVersion). Argument: the image values. */}}
+{{- define "shardmeter.image" -}}
+{{- $image := index . 0 }}
+{{- $root := index . 1 }}
+{{- if $image.digest }}
+{{- printf "%s@%s" $image.repository $image.digest }}
+{{- else }}
+{{- printf "%s:%s" $image.repository (default $root.Chart.AppVersion $image.tag) }}
+{{- end }}
+{{- end }}
