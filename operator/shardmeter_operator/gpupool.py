@@ -271,8 +271,10 @@ def _bench_conditions(
     conditions: list[dict[str, Any]], step: BenchStep, status: Status, generation: int
 ) -> list[dict[str, Any]]:
     message = step.message
-    phase = step.patch.get(
-        "benchmarkPhase", status.get("benchmarkPhase", BenchmarkPhase.DISABLED.value)
+    phase = str(
+        step.patch.get("benchmarkPhase")
+        or status.get("benchmarkPhase")
+        or BenchmarkPhase.DISABLED.value
     )
     if phase == BenchmarkPhase.DISABLED.value:
         return set_condition(

@@ -170,7 +170,7 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
     @kopf.on.resume(*PLANS, registry=registry, id="trainingplan")
     async def trainingplan_changed(
         name: str,
-        namespace: str,
+        namespace: str | None,
         meta: kopf.Meta,
         spec: kopf.Spec,
         status: kopf.Status,
@@ -180,14 +180,16 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
         gpupool_index: kopf.Index[str, PoolView],
         **_: Any,
     ) -> None:
-        await plan(name, namespace, meta, spec, status, body, patch, memo, _pools(gpupool_index))
+        await plan(
+            name, namespace or "", meta, spec, status, body, patch, memo, _pools(gpupool_index)
+        )
 
     @kopf.timer(
         *PLANS, interval=interval, idle=interval, registry=registry, id="trainingplan-recheck"
     )
     async def trainingplan_recheck(
         name: str,
-        namespace: str,
+        namespace: str | None,
         meta: kopf.Meta,
         spec: kopf.Spec,
         status: kopf.Status,
@@ -201,10 +203,10 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
         missing pool appeared."""
         pools = _pools(gpupool_index)
         if needs_work(int(meta.get("generation") or 1), dict(spec), dict(status), pools):
-            await plan(name, namespace, meta, spec, status, body, patch, memo, pools)
+            await plan(name, namespace or "", meta, spec, status, body, patch, memo, pools)
 
     @kopf.on.delete(*PLANS, registry=registry, optional=True, id="trainingplan-deleted")
-    async def trainingplan_deleted(name: str, namespace: str, **_: Any) -> None:
-        metrics.forget_plan(namespace, name)
+    async def trainingplan_deleted(name: str, namespace: str | None, **_: Any) -> None:
+        metrics.forget_plan(namespace or "", name)
 
     return registry
