@@ -1,1 +1,18 @@
-"""The ShardMeter benchmark Job: profiles a GPU pool and fits cost-model coefficients."""
+"""ShardMeter's benchmark Job: profile a pool, fit coefficients, publish them, and report
+accuracy on models the fit never saw (paper §III-A, §IV-A/B; design notes §4).
+
+Entry point: ``python -m shardmeter_bench {compute,comm,all,validate}`` (see ``cli.py`` and
+this package's README). The package measures with torch and fits through ``shardmeter``'s
+fitting API; it never carries its own copy of the regression code.
+"""
+
+from __future__ import annotations
+
+import os
+
+# Kineto writes two "USDT: ... profiler_start/stop" lines to stderr per profiler session at
+# log levels below 6 (USDT is level 5); it reads the variable when torch loads, so this must
+# run before torch is imported.
+os.environ.setdefault("KINETO_LOG_LEVEL", "6")
+
+__version__ = "0.1.0"

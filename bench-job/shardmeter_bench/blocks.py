@@ -1,0 +1,159 @@
+"""The profiled model: a Llama-style block (RMSNorm, grouped-query attention through
+``scaled_dot_product_attention(..., enable_gqa=True)`` with rotary embeddings, SwiGLU MLP),
+the token embedding, and the head (final norm + LM head + cross-entropy loss) as FSDP
+units of their own, exactly the units `shardmeter.cost.features.Target` names."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.nn.functional import cross_entropy, scaled_dot_product_attention, silu
+
+from shardmeter.spec.model import TransformerSpec
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x32 = x.float()
+        normed = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * normed.to(x.dtype)
+
+
+class Rotary:
+    """cos/sin tables shared by every block of a model (computed once per sequence length,
+    as Hugging Face models compute them once per forward)."""
+
+    def __init__(self, head_dim: int, base: float = 10000.0) -> None:
+        self.head_dim = head_dim
+        self.base = base
+        self._cache: dict[tuple[int, torch.device, torch.dtype], tuple[torch.Tensor, ...]] = {}
+
+    def tables(
+        self, seq_len: int, device: torch.device, dtype: torch.dtype
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        key = (seq_len, device, dtype)
+        if key not in self._cache:
+            half = self.head_dim // 2
+            inv = 1.0 / (self.base ** (torch.arange(half, device=device).float() / half))
+            angles = torch.outer(torch.arange(seq_len, device=device).float(), inv)
+            emb = torch.cat([angles, angles], dim=-1)
+            self._cache[key] = (emb.cos().to(dtype), emb.sin().to(dtype))
+        cos, sin = self._cache[key]
+        return cos, sin
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+    return x * cos + rotated * sin
+
+
+class Attention(nn.Module):
+    def __init__(self, spec: TransformerSpec, rotary: Rotary) -> None:
+        super().__init__()
+        h = spec.hidden_size
+        self.heads, self.kv_heads, self.head_dim = (
+            spec.num_attention_heads,
+            spec.kv_heads,
+            (spec.head_width),
+        )
+        self.q_proj = nn.Linear(h, spec.q_dim, bias=False)
+        self.k_proj = nn.Linear(h, spec.kv_dim, bias=False)
+        self.v_proj = nn.Linear(h, spec.kv_dim, bias=False)
+        self.o_proj = nn.Linear(spec.q_dim, h, bias=False)
+        self.rotary = rotary
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, s, _ = x.shape
+        q = self.q_proj(x).view(b, s, self.heads, self.head_dim).transpose(1, 2)
+        k = self.k_proj(x).view(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
+        v = self.v_proj(x).view(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
+        cos, sin = self.rotary.tables(s, x.device, x.dtype)
+        q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
+        out = scaled_dot_product_attention(
+            q, k, v, is_causal=True, enable_gqa=self.kv_heads != self.heads
+        )
+        return self.o_proj(out.transpose(1, 2).reshape(b, s, -1))
+
+
+class SwiGLU(nn.Module):
+    def __init__(self, hidden: int, intermediate: int) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(hidden, intermediate, bias=False)
+        self.up_proj = nn.Linear(hidden, intermediate, bias=False)
+        self.down_proj = nn.Linear(intermediate, hidden, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Block(nn.Module):
+    """One pre-norm Llama block: x + attn(norm(x)), then + mlp(norm(x))."""
+
+    def __init__(self, spec: TransformerSpec, rotary: Rotary) -> None:
+        super().__init__()
+        self.input_norm = RMSNorm(spec.hidden_size)
+        self.attn = Attention(spec, rotary)
+        self.post_attn_norm = RMSNorm(spec.hidden_size)
+        self.mlp = SwiGLU(spec.hidden_size, spec.intermediate_size)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.input_norm(x))
+        return x + self.mlp(self.post_attn_norm(x))
+
+
+class Head(nn.Module):
+    """Final norm + LM head + next-token cross-entropy: one unit (``head.*`` targets)."""
+
+    def __init__(self, spec: TransformerSpec) -> None:
+        super().__init__()
+        self.norm = RMSNorm(spec.hidden_size)
+        self.lm_head = nn.Linear(spec.hidden_size, spec.vocab_size, bias=False)
+
+    def forward(self, x: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        logits = self.lm_head(self.norm(x)).float()
+        return cross_entropy(logits.view(-1, logits.shape[-1]), labels.reshape(-1))
+
+
+class UnitModel(nn.Module):
+    """Embedding → ``blocks`` blocks → head. ``freeze_embedding`` exists to demonstrate (and
+    test) the block-0 pitfall; `forward` guards against it either way."""
+
+    def __init__(self, spec: TransformerSpec, blocks: int, freeze_embedding: bool = False) -> None:
+        super().__init__()
+        self.spec = spec
+        rotary = Rotary(spec.head_width)
+        self.embedding = nn.Embedding(spec.vocab_size, spec.hidden_size)
+        self.embedding.weight.requires_grad_(not freeze_embedding)
+        self.blocks = nn.ModuleList(Block(spec, rotary) for _ in range(blocks))
+        self.head = Head(spec)
+        self.guard_block0 = True
+
+    def forward(self, ids: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        x = self.embedding(ids)
+        if self.guard_block0 and not x.requires_grad:
+            # Pitfall: if block 0's input does not require grad, its *full* backward hook
+            # fires as soon as the gradient w.r.t. its *outputs* exists, i.e. before block
+            # 0's backward ran, and block 0's backward time reads ~0.
+            x = x.detach().requires_grad_(True)
+        for block in self.blocks:
+            x = block(x)
+        loss: torch.Tensor = self.head(x, labels)
+        return loss
+
+
+def init_weights(model: nn.Module, seed: int) -> None:
+    """Deterministic small random weights (norms stay at one)."""
+    generators: dict[torch.device, torch.Generator] = {}
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):
+                continue
+            if p.device not in generators:
+                generators[p.device] = torch.Generator(device=p.device).manual_seed(seed)
+            p.normal_(0.0, 0.02, generator=generators[p.device])

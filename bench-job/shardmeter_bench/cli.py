@@ -1,0 +1,291 @@
+"""``python -m shardmeter_bench {compute,comm,all,validate} [options]``.
+
+Bad arguments exit 2 with one line on stderr. Runtime failures exit non-zero (see
+`shardmeter_bench.errors` for the codes) with one line on stderr, a structlog event, and —
+in a Kubernetes pod — the same line in ``/dev/termination-log`` so the pod status says why.
+Results (the fit summary, where things were written, the validation table) go to stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import traceback
+from collections.abc import Sequence
+from typing import Any, NoReturn
+
+from pydantic import TypeAdapter, ValidationError
+
+from shardmeter.errors import ShardMeterError
+from shardmeter.spec.hardware import GPURef, GPUSpec, LinkRef, LinkSpec
+from shardmeter_bench import __version__, errors, logs
+from shardmeter_bench.catalog import MAX_CONFIGS
+from shardmeter_bench.errors import BenchError, UsageError
+
+PROG = "shardmeter-bench"
+MODES = ("compute", "comm", "all", "validate")
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        sys.stderr.write(f"{self.prog}: error: {message} (see --help)\n")
+        raise SystemExit(errors.EXIT_USAGE)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _OneLineParser(
+        prog=PROG,
+        description="Profile a pool, fit ShardMeter coefficients, publish them, validate them.",
+    )
+    p.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    p.add_argument("mode", choices=MODES, help="what to run")
+    g = p.add_argument_group("measurement")
+    g.add_argument(
+        "--device",
+        choices=("auto", "cpu", "cuda"),
+        default="auto",
+        help="device to profile (default: cuda if available, else cpu)",
+    )
+    g.add_argument(
+        "--scale",
+        choices=("small", "full"),
+        default="full",
+        help="shape range: full = the paper's Table I, small = a quick CPU range",
+    )
+    g.add_argument("--configs", type=int, help="catalog shapes (default 200 GPU, 16 CPU, 12 small)")
+    g.add_argument("--repeats", type=int, default=5, help="profiled iterations per shape (≥ 3)")
+    g.add_argument("--seed", type=int, default=0, help="catalog and weights seed")
+    g.add_argument(
+        "--precision",
+        choices=("bf16", "fp32"),
+        help="compute precision (default bf16 on GPUs, fp32 on CPUs)",
+    )
+    g.add_argument(
+        "--ranks",
+        type=int,
+        default=2,
+        help="local ranks to spawn for collectives and FSDP when not under torchrun",
+    )
+    g.add_argument(
+        "--threads",
+        type=int,
+        help="intra-op threads per rank (default 1 on CPU: far steadier; 0 = torch's)",
+    )
+    g.add_argument(
+        "--timeout",
+        type=float,
+        default=600.0,
+        help="seconds to wait for distributed rendezvous and collectives",
+    )
+    h = p.add_argument_group("hardware description")
+    h.add_argument(
+        "--gpu",
+        help="GPU preset name or a JSON GPU spec, as in a GPUPool (default: recognised "
+        "from the device)",
+    )
+    h.add_argument(
+        "--intra-node-link",
+        help="link inside a node: preset name or JSON link spec (label and prior)",
+    )
+    h.add_argument(
+        "--inter-node-link",
+        help="link between nodes: preset name or JSON link spec (label and prior)",
+    )
+    h.add_argument("--pool", help="pool name recorded in the document")
+    o = p.add_argument_group("output")
+    o.add_argument(
+        "--out",
+        help="coefficients JSON to write (default ./shardmeter-coefficients.json unless --publish)",
+    )
+    o.add_argument("--publish", help="configmap/NAME: patch that ConfigMap's data")
+    o.add_argument("--namespace", help="namespace of the ConfigMap (default: the pod's)")
+    o.add_argument(
+        "--report-dir",
+        default="shardmeter-validation",
+        help="validate: folder for validation.json and validation.md",
+    )
+    o.add_argument(
+        "--coefficients", help="validate: use this file instead of measuring and fitting"
+    )
+    o.add_argument("--log-format", choices=("auto", "json", "console"), default="auto")
+    o.add_argument("--verbose", action="store_true", help="debug logs; tracebacks on bugs")
+    return p
+
+
+def _check(args: argparse.Namespace) -> None:
+    """Our own argument checks (argparse cannot express them); `UsageError` on failure."""
+    if args.configs is not None and not 1 <= args.configs <= MAX_CONFIGS:
+        raise UsageError(f"--configs: must be between 1 and {MAX_CONFIGS} (got {args.configs})")
+    if args.repeats < 3:
+        raise UsageError(f"--repeats: must be ≥ 3 for a median (got {args.repeats})")
+    if args.ranks < 1:
+        raise UsageError(f"--ranks: must be ≥ 1 (got {args.ranks})")
+    if args.threads is not None and args.threads < 0:
+        raise UsageError(f"--threads: must be ≥ 0 (got {args.threads})")
+    if args.timeout <= 0:
+        raise UsageError(f"--timeout: must be > 0 (got {args.timeout})")
+    if args.gpu is not None:
+        if args.device == "cpu":
+            raise UsageError("--gpu: describes a GPU; it cannot describe --device cpu")
+        args.gpu = _hardware("--gpu", args.gpu, TypeAdapter(GPURef))
+    for flag in ("intra_node_link", "inter_node_link"):
+        value = getattr(args, flag)
+        if value is not None:
+            option = "--" + flag.replace("_", "-")
+            setattr(args, flag, _hardware(option, value, TypeAdapter(LinkRef)))
+    for flag in ("pool", "namespace"):
+        value = getattr(args, flag)
+        if value is not None and not (len(value) <= 63 and _DNS_LABEL.match(value)):
+            raise UsageError(f"--{flag}: {value!r} is not a DNS-1123 label")
+    if args.publish is not None:
+        from shardmeter_bench.publish import parse_target
+
+        parse_target(args.publish)
+    if args.coefficients is not None:
+        if args.mode != "validate":
+            raise UsageError("--coefficients: only validate reads a coefficients file")
+        if not os.path.isfile(args.coefficients):
+            raise UsageError(f"--coefficients: no such file {args.coefficients!r}")
+        if args.publish is not None:
+            raise UsageError("--publish: nothing is fitted when --coefficients is given")
+
+
+def _hardware(option: str, text: str, adapter: TypeAdapter[GPUSpec] | TypeAdapter[LinkSpec]) -> Any:
+    """A preset name (``h100-80gb-sxm``) or a JSON spec (``{"preset": "nvlink4", ...}`` or
+    every field) — what the operator passes from a GPUPool's spec."""
+    value: Any = text
+    if text.lstrip().startswith("{"):
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise UsageError(f"{option}: not valid JSON ({exc.msg} at column {exc.colno})") from exc
+    try:
+        return adapter.validate_python(value)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"] if not isinstance(p, int))
+        field = f" field {where!r}:" if where else ""
+        message = str(err["msg"]).removeprefix("Value error, ")
+        raise UsageError(f"{option}:{field} {message}") from exc
+
+
+def _resolve_device(requested: str) -> str:
+    import torch
+
+    if requested == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return requested
+
+
+def _termination_log(message: str) -> None:
+    path = os.environ.get("SHARDMETER_TERMINATION_LOG", "/dev/termination-log")
+    if path and os.path.exists(path):
+        try:
+            with open(path, "w") as f:
+                f.write(message[:4000])
+        except OSError:
+            pass
+
+
+def _looks_like_oom(exc: BaseException) -> bool:
+    """torch's OOM (CUDA or CPU allocator) without importing torch here."""
+    text = str(exc)
+    return type(exc).__name__ == "OutOfMemoryError" or (
+        isinstance(exc, RuntimeError)
+        and ("can't allocate memory" in text or "out of memory" in text.lower())
+    )
+
+
+def fail(exc: BenchError, verbose: bool = False) -> int:
+    logs.get_logger().error(exc.event, error=exc.message, exit_code=exc.code)
+    line = f"{PROG}: error: {exc.message}"
+    sys.stderr.write(line + "\n")
+    _termination_log(line)
+    return exc.code
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    raw = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(raw)
+    try:
+        _check(args)
+    except UsageError as exc:
+        sys.stderr.write(f"{PROG}: error: {exc.message}\n")
+        return errors.EXIT_USAGE
+    json_logs = {"json": True, "console": False}.get(args.log_format)
+    logs.configure(rank=int(os.environ.get("RANK", "0") or 0), json=json_logs, verbose=args.verbose)
+    try:
+        import torch
+
+        from shardmeter_bench import pipeline
+        from shardmeter_bench.device import check_device, keep_freed_memory
+        from shardmeter_bench.distributed import DistContext
+
+        device_type = _resolve_device(args.device)
+        if device_type == "cpu":
+            logs.get_logger().debug("cpu_allocator", keep_freed_memory=keep_freed_memory())
+        threads = args.threads if args.threads is not None else (1 if device_type == "cpu" else 0)
+        if threads:
+            torch.set_num_threads(threads)
+        ctx = DistContext.from_env()
+        check_device(device_type)
+        cfg = pipeline.RunConfig(
+            mode=args.mode,
+            device_type=device_type,
+            scale=args.scale,
+            configs=args.configs,
+            repeats=args.repeats,
+            seed=args.seed,
+            out=args.out,
+            publish=args.publish,
+            namespace=args.namespace,
+            pool=args.pool,
+            gpu=args.gpu,
+            intra_node_link=args.intra_node_link,
+            inter_node_link=args.inter_node_link,
+            report_dir=args.report_dir,
+            ranks=args.ranks,
+            threads=threads or None,
+            timeout_s=args.timeout,
+            precision=args.precision,
+            coefficients=args.coefficients,
+            argv=tuple(raw),
+        )
+        result = pipeline.run(cfg, ctx)
+    except BenchError as exc:
+        return fail(exc, args.verbose)
+    except ShardMeterError as exc:
+        return fail(BenchError(str(exc)), args.verbose)
+    except KeyboardInterrupt:
+        sys.stderr.write(f"{PROG}: interrupted\n")
+        return errors.EXIT_INTERRUPTED
+    except Exception as exc:
+        if _looks_like_oom(exc):
+            first = str(exc).strip().splitlines()[0]
+            return fail(errors.OutOfMemoryError(f"out of memory outside the batch sweep: {first}"))
+        if args.verbose:
+            traceback.print_exc()
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        return fail(BenchError(f"internal error: {type(exc).__name__}: {first}"), args.verbose)
+    if ctx.is_main:
+        _print_result(result)
+    return errors.EXIT_OK
+
+
+def _print_result(result: object) -> None:
+    from shardmeter_bench.fit import render_summary
+    from shardmeter_bench.pipeline import RunResult
+    from shardmeter_bench.report import render_markdown
+
+    assert isinstance(result, RunResult)
+    if result.summary:
+        print(render_summary(result.summary))
+    for name, where in result.outputs.items():
+        print(f"{name}: {where}")
+    if result.report is not None:
+        print()
+        print(render_markdown(result.report))

@@ -1,0 +1,219 @@
+"""The device under test: availability checks, timing helpers, out-of-memory detection,
+and the `GPUSpec` written into the coefficients document.
+
+On a GPU the spec is a datasheet preset (``--gpu``, else recognised from the device name,
+else built from the device's properties and probes). On a CPU there is no datasheet: the
+spec is named ``cpu-<arch>-<threads>t``; its peak FP32/BF16 FLOP/s come from a matmul probe
+(best of several, +5 % headroom, so the roofline guard never clamps an honest prediction),
+memory from the system RAM and memory bandwidth from a copy probe.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import time
+from collections.abc import Callable
+
+import torch
+
+from shardmeter.spec.hardware import GPU_LOOKUP, LINK_PRESETS, GPUSpec, LinkKind, LinkSpec
+from shardmeter_bench.errors import DeviceUnavailableError
+
+CPU_NOMINAL_WATTS_PER_THREAD = 10.0
+"""No datasheet TDP exists for "n threads of this CPU"; a nominal figure (stated in notes)."""
+PROBE_HEADROOM = 1.05
+
+
+_GLIBC_M_TRIM_THRESHOLD = -1
+_GLIBC_M_MMAP_MAX = -4
+_GLIBC_M_ARENA_MAX = -8
+
+
+def keep_freed_memory() -> bool:
+    """Make glibc's malloc behave like a caching allocator for this process (CPU runs only).
+
+    A GPU's caching allocator hands a freed block to the next tensor of that size, so weight
+    gradients, the dense embedding gradient and the tied-weight sum cost what their kernels
+    cost. glibc instead serves multi-MiB blocks with ``mmap`` and unmaps them when freed, so on
+    a CPU every iteration page-faults its gradient buffers afresh: measured here, that doubled
+    and randomised the backward pass of full-width models (Gemma-2B: 13 s instead of 4.3 s)
+    with a cost in *parameters*, which no compute feature (all in tokens) can absorb. Serving
+    everything from the heap (``M_MMAP_MAX=0``), never trimming it (``M_TRIM_THRESHOLD``) and
+    keeping one arena makes the second iteration onwards fault-free. The price: the process
+    keeps its peak memory until it exits. ``SHARDMETER_BENCH_KEEP_HEAP=0`` turns this off.
+    Returns whether it was applied (glibc only)."""
+    if os.environ.get("SHARDMETER_BENCH_KEEP_HEAP", "1") == "0":
+        return False
+    if platform.libc_ver()[0] != "glibc":
+        return False
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return False
+    ok = libc.mallopt(_GLIBC_M_MMAP_MAX, 0) == 1
+    ok &= libc.mallopt(_GLIBC_M_TRIM_THRESHOLD, -1) == 1  # -1 → SIZE_MAX: never trim
+    ok &= libc.mallopt(_GLIBC_M_ARENA_MAX, 1) == 1
+    return bool(ok)
+
+
+def check_device(device_type: str) -> None:
+    """Fail early and clearly when ``--device cuda`` cannot be honoured."""
+    if device_type == "cuda" and not torch.cuda.is_available():
+        built = "with" if torch.version.cuda else "without"
+        raise DeviceUnavailableError(
+            f"--device cuda was asked but no CUDA device is available "
+            f"(torch {torch.__version__}, built {built} CUDA); use --device cpu or run on a GPU node"
+        )
+
+
+def torch_device(device_type: str, local_rank: int = 0) -> torch.device:
+    return torch.device(device_type, local_rank) if device_type == "cuda" else torch.device("cpu")
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def is_oom(exc: BaseException) -> bool:
+    """CUDA OOM, or a CPU allocation failure (which torch raises as a plain RuntimeError)."""
+    if isinstance(exc, torch.OutOfMemoryError):
+        return True
+    text = str(exc)
+    return isinstance(exc, RuntimeError) and (
+        "can't allocate memory" in text or "out of memory" in text.lower()
+    )
+
+
+def release_memory(device: torch.device) -> None:
+    import gc
+
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def best_seconds(fn: Callable[[], object], device: torch.device, repeats: int) -> float:
+    fn()
+    synchronize(device)
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        synchronize(device)
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def probe_peak_flops(device: torch.device, dtype: torch.dtype, n: int = 2048) -> float:
+    """Best achieved dense matmul FLOP/s (× headroom)."""
+    a = torch.randn(n, n, device=device).to(dtype)
+    b = torch.randn(n, n, device=device).to(dtype)
+    seconds = best_seconds(lambda: a @ b, device, repeats=5 if device.type == "cpu" else 20)
+    return PROBE_HEADROOM * 2.0 * n**3 / seconds
+
+
+def probe_bandwidth(device: torch.device, mib: int = 256) -> float:
+    """Copy bandwidth (read + write) in bytes/s."""
+    src = torch.empty(mib * 2**18, device=device).fill_(1.0)
+    dst = torch.empty_like(src)
+    seconds = best_seconds(lambda: dst.copy_(src), device, repeats=5)
+    return 2.0 * src.numel() * 4 / seconds
+
+
+def system_memory_bytes() -> int:
+    return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+
+
+def cpu_model_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def cpu_spec(threads: int) -> tuple[GPUSpec, list[str]]:
+    device = torch.device("cpu")
+    fp32 = probe_peak_flops(device, torch.float32)
+    bf16 = probe_peak_flops(device, torch.bfloat16, n=1024)
+    bandwidth = probe_bandwidth(device)
+    spec = GPUSpec(
+        name=f"cpu-{platform.machine()}-{threads}t",
+        memory_bytes=system_memory_bytes(),
+        peak_bf16_flop_per_s=bf16,
+        peak_fp32_flop_per_s=fp32,
+        hbm_bandwidth_bytes_per_s=bandwidth,
+        tdp_watts=CPU_NOMINAL_WATTS_PER_THREAD * threads,
+        default_intra_node_link="pcie4",
+        default_inter_node_link="eth-100g",
+    )
+    notes = [
+        f"device: {cpu_model_name()}, {threads} thread(s) per rank; peak FP32 "
+        f"{fp32 / 1e9:.1f} GFLOP/s and BF16 {bf16 / 1e9:.1f} GFLOP/s from a matmul probe "
+        f"(+{(PROBE_HEADROOM - 1) * 100:.0f} % headroom), memory bandwidth "
+        f"{bandwidth / 1e9:.1f} GB/s from a copy probe, nominal TDP",
+    ]
+    return spec, notes
+
+
+_NAME_TO_PRESET = (
+    ("H200", "h200-141gb-sxm"),
+    ("H100", "h100-80gb-sxm"),
+    ("A100", "a100-80gb-sxm"),
+    ("L40S", "l40s"),
+)
+
+
+def cuda_spec(given: GPUSpec | None, device: torch.device) -> tuple[GPUSpec, list[str]]:
+    """``--gpu`` (a preset or the pool's spec), else the preset matching the device name,
+    else probed figures."""
+    if given is not None:
+        return given, [f"device: {torch.cuda.get_device_name(device)} as --gpu {given.name}"]
+    name = torch.cuda.get_device_name(device)
+    props = torch.cuda.get_device_properties(device)
+    for marker, key in _NAME_TO_PRESET:
+        if marker in name.upper() and "PCIE" not in name.upper():
+            if key.startswith("a100") and props.total_memory < 70 * 2**30:
+                break
+            return GPU_LOOKUP[key], [f"device: {name}, recognised as preset {key}"]
+    fp32 = probe_peak_flops(device, torch.float32, n=8192)
+    bf16 = probe_peak_flops(device, torch.bfloat16, n=8192)
+    spec = GPUSpec(
+        name=name.replace("NVIDIA ", "")[:63] or "gpu",
+        memory_bytes=int(props.total_memory),
+        peak_bf16_flop_per_s=bf16,
+        peak_fp32_flop_per_s=fp32,
+        hbm_bandwidth_bytes_per_s=probe_bandwidth(device, mib=1024),
+        tdp_watts=400.0,
+        default_intra_node_link="pcie4",
+        default_inter_node_link="eth-100g",
+    )
+    return spec, [f"device: {name} has no preset; peaks from probes, nominal TDP 400 W"]
+
+
+def loopback_link() -> LinkSpec:
+    """What Gloo ranks on one CPU host talk over (the label of the intra-node fit)."""
+    return LinkSpec(
+        name="gloo-loopback",
+        kind=LinkKind.PCIE,
+        latency_s=20e-6,
+        bandwidth_bytes_per_s=2e9,
+    )
+
+
+def default_links(
+    gpu: GPUSpec, device_type: str, intra: LinkSpec | None, inter: LinkSpec | None
+) -> tuple[LinkSpec, LinkSpec]:
+    """The links the fit is labelled with: the given ones, else the GPU's defaults (Gloo's
+    loopback inside a CPU host)."""
+    if intra is None:
+        cpu = device_type == "cpu"
+        intra = loopback_link() if cpu else LINK_PRESETS[gpu.default_intra_node_link]
+    return intra, inter or LINK_PRESETS[gpu.default_inter_node_link]

@@ -1,0 +1,145 @@
+"""Fitting through ``shardmeter``'s API (`shardmeter.cost.fitting`) — this package keeps no
+second copy of the regression — plus the fit-quality summary the CLI prints."""
+
+from __future__ import annotations
+
+import platform
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from shardmeter.cost.coefficients import (
+    CoefficientsDocument,
+    CommSample,
+    ComputeSample,
+    LinkRole,
+    MemorySample,
+)
+from shardmeter.cost.fitting import fit_coefficients
+from shardmeter.spec.hardware import GPUSpec, LinkSpec
+from shardmeter.spec.training import Precision
+from shardmeter_bench import __version__
+
+CONFIGMAP_LIMIT_BYTES = 1_000_000
+"""Kubernetes rejects objects over ~1 MiB; leave room for metadata."""
+
+
+def software_versions(device_type: str) -> dict[str, str]:
+    versions = {
+        "shardmeter-bench": __version__,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+    }
+    try:
+        import transformers
+
+        versions["transformers"] = transformers.__version__
+    except ImportError:  # pragma: no cover - the bench image always has it
+        pass
+    if device_type == "cuda" and torch.version.cuda:
+        versions["cuda"] = str(torch.version.cuda)
+        nccl = getattr(torch.cuda, "nccl", None)
+        if nccl is not None:
+            versions["nccl"] = ".".join(str(x) for x in nccl.version())
+    else:
+        versions["backend"] = "gloo"
+    return versions
+
+
+def fit(
+    *,
+    gpu: GPUSpec,
+    precision: Precision,
+    intra_node: LinkSpec,
+    inter_node: LinkSpec,
+    compute: Sequence[ComputeSample],
+    communication: Sequence[CommSample],
+    memory: Sequence[MemorySample],
+    pool: str | None,
+    device_type: str,
+    notes: Sequence[str] = (),
+) -> CoefficientsDocument:
+    doc = fit_coefficients(
+        gpu=gpu,
+        precision=precision,
+        intra_node=intra_node,
+        inter_node=inter_node,
+        compute=compute,
+        communication=communication,
+        memory=memory,
+        pool=pool,
+        software=software_versions(device_type),
+    )
+    if notes:
+        doc = doc.model_copy(update={"notes": [*notes, *doc.notes]})
+    return doc
+
+
+def without_samples(doc: CoefficientsDocument, reason: str) -> CoefficientsDocument:
+    from shardmeter.cost.coefficients import Samples
+
+    return doc.model_copy(
+        update={"samples": Samples(), "notes": [*doc.notes, f"raw samples omitted: {reason}"]}
+    )
+
+
+def fit_summary(doc: CoefficientsDocument) -> dict[str, Any]:
+    """Per target: samples, cross-validated MAPE and leave-one-model-out MAPE; per
+    collective: samples, L, β and MAPE (measured fits only)."""
+    compute = {
+        t.value: {
+            "n_samples": f.n_samples,
+            "cv_mape": f.cv_mape,
+            "leave_one_model_out_mape": f.leave_one_model_out_mape,
+            "features": sorted(f.coefficients),
+        }
+        for t, f in doc.compute.items()
+    }
+    comm = {
+        f"{role.value}.{name}": {
+            "n_samples": c.n_samples,
+            "latency_s": c.latency_s,
+            "seconds_per_byte": c.seconds_per_byte,
+            "mape": c.mape,
+            "link": c.link,
+        }
+        for role in LinkRole
+        for name, c in doc.communication.get(role, {}).items()
+        if c.n_samples > 0
+    }
+    return {
+        "gpu": doc.gpu.name,
+        "precision": doc.precision.value,
+        "compute": compute,
+        "communication": comm,
+        "activation_scale": doc.memory.activation_scale,
+        "fit_mape": doc.fit_mape(),
+        "notes": list(doc.notes),
+    }
+
+
+def _pct(x: float | None) -> str:
+    return "—" if x is None else f"{100 * x:.1f} %"
+
+
+def render_summary(summary: dict[str, Any]) -> str:
+    lines = [
+        f"coefficients for {summary['gpu']} ({summary['precision']})",
+        f"{'target':<22}{'samples':>8}{'CV MAPE':>10}{'LOMO MAPE':>11}  features",
+    ]
+    for target, row in summary["compute"].items():
+        lines.append(
+            f"{target:<22}{row['n_samples']:>8}{_pct(row['cv_mape']):>10}"
+            f"{_pct(row['leave_one_model_out_mape']):>11}  {', '.join(row['features'])}"
+        )
+    if summary["communication"]:
+        lines.append(f"{'collective':<30}{'samples':>8}{'L':>12}{'1/β':>12}{'MAPE':>9}")
+        for key, row in summary["communication"].items():
+            bw = 1.0 / row["seconds_per_byte"] if row["seconds_per_byte"] > 0 else float("inf")
+            lines.append(
+                f"{key:<30}{row['n_samples']:>8}{row['latency_s'] * 1e6:>9.1f} µs"
+                f"{bw / 1e9:>7.2f} GB/s{_pct(row['mape']):>9}"
+            )
+    lines.append(f"activation scale α = {summary['activation_scale']:.3f}")
+    return "\n".join(lines)

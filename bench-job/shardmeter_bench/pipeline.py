@@ -1,0 +1,250 @@
+"""The modes, end to end: ``compute`` (profile + fit, collectives from priors), ``comm``
+(collectives + fit, compute from priors), ``all`` (both) and ``validate`` (``all``, or a
+given ``--coefficients`` file, then the accuracy report). Fit and validation run in one
+process lifetime because the host drifts over minutes.
+
+Under a launcher the catalog is split across ranks (each profiles ``shapes[rank::world]``,
+rank 0 gathers) and every rank joins the collectives; as a plain process compute runs here
+and the distributed phases spawn ``--ranks`` local ranks.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from shardmeter.cost.coefficients import CoefficientsDocument, CommSample
+from shardmeter.spec.hardware import GPUSpec, LinkSpec
+from shardmeter.spec.training import Precision
+from shardmeter_bench import distributed, fit
+from shardmeter_bench.catalog import generate_catalog, scale_range
+from shardmeter_bench.comm import (
+    FULL_PAYLOADS,
+    SMALL_PAYLOADS,
+    SMALL_VALIDATION_PAYLOADS,
+    VALIDATION_PAYLOADS,
+    CommPlan,
+)
+from shardmeter_bench.compute import ComputeResult, profile_catalog
+from shardmeter_bench.device import cpu_model_name, cpu_spec, cuda_spec, default_links, torch_device
+from shardmeter_bench.distributed import DistContext
+from shardmeter_bench.errors import BenchError
+from shardmeter_bench.logs import get_logger
+
+log = get_logger(__name__)
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    mode: str
+    device_type: str = "cpu"
+    scale: str = "full"
+    configs: int | None = None
+    repeats: int = 5
+    seed: int = 0
+    out: str | None = None
+    publish: str | None = None
+    namespace: str | None = None
+    pool: str | None = None
+    gpu: GPUSpec | None = None
+    intra_node_link: LinkSpec | None = None
+    inter_node_link: LinkSpec | None = None
+    report_dir: str = "shardmeter-validation"
+    ranks: int = 2
+    threads: int | None = 1
+    timeout_s: float = 600.0
+    precision: str | None = None
+    coefficients: str | None = None
+    argv: tuple[str, ...] = ()
+
+    @property
+    def precision_enum(self) -> Precision:
+        if self.precision:
+            return Precision(self.precision)
+        return Precision.FP32 if self.device_type == "cpu" else Precision.BF16
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return torch.bfloat16 if self.precision_enum is Precision.BF16 else torch.float32
+
+    @property
+    def measures(self) -> bool:
+        """Whether this run profiles and fits (``validate`` with a file does not)."""
+        return self.mode != "validate" or self.coefficients is None
+
+
+@dataclass
+class RunResult:
+    doc: CoefficientsDocument | None = None
+    outputs: dict[str, str] = field(default_factory=dict)
+    summary: dict[str, Any] = field(default_factory=dict)
+    report: dict[str, Any] | None = None
+
+
+def load_average() -> float | None:
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return None
+
+
+def machine_description(cfg: RunConfig, ctx: DistContext) -> str:
+    if cfg.device_type == "cuda":
+        return f"{torch.cuda.get_device_name(0)} × {ctx.world_size if ctx.launched else cfg.ranks}"
+    return f"{cpu_model_name()}, {os.cpu_count()} cores, {cfg.threads or 'default'} thread(s)/rank"
+
+
+def device_spec(cfg: RunConfig, device: torch.device) -> tuple[GPUSpec, list[str]]:
+    if cfg.device_type == "cpu":
+        return cpu_spec(torch.get_num_threads())
+    return cuda_spec(cfg.gpu, device)
+
+
+def comm_ranks(cfg: RunConfig, ctx: DistContext) -> int:
+    if ctx.launched:
+        return ctx.world_size
+    if cfg.device_type == "cuda":
+        return min(cfg.ranks, torch.cuda.device_count())
+    return cfg.ranks
+
+
+def _profile(cfg: RunConfig, ctx: DistContext, device: torch.device) -> ComputeResult:
+    scale = scale_range(cfg.scale, cfg.device_type)
+    shapes = generate_catalog(scale, cfg.configs or scale.default_configs, cfg.seed)
+    mine = shapes[ctx.rank :: ctx.world_size] if ctx.launched else shapes
+    log.info("compute_started", shapes=len(mine), of=len(shapes), scale=scale.name)
+    part = profile_catalog(mine, scale, device, cfg.dtype, cfg.repeats, cfg.seed)
+    parts = distributed.gather_to_main(part, ctx) or []
+    merged = ComputeResult()
+    for p in parts:
+        merged.extend(p)
+    return merged
+
+
+def _comm(cfg: RunConfig, ctx: DistContext, notes: list[str]) -> list[CommSample]:
+    ranks = comm_ranks(cfg, ctx)
+    if ranks < 2:
+        message = (
+            f"collective benchmarks need at least 2 ranks (found {ranks}); "
+            "run under torchrun or with --ranks 2 or more"
+        )
+        if cfg.mode == "comm":
+            raise BenchError(message)
+        log.warning("comm_skipped", reason=message)
+        notes.append(f"collectives not measured: {message}")
+        return []
+    plan = CommPlan(
+        payloads=SMALL_PAYLOADS if cfg.scale == "small" else FULL_PAYLOADS,
+        repeats=max(cfg.repeats, 5),
+        device_type=cfg.device_type,
+    )
+    log.info("comm_started", ranks=ranks, payloads=len(plan.payloads))
+    result = distributed.run_phase(
+        _comm_entry, plan, ctx, ranks, cfg.device_type, cfg.timeout_s, cfg.threads or 1
+    )
+    return list(result or [])
+
+
+def _comm_entry(ctx: DistContext, plan: CommPlan) -> list[CommSample] | None:
+    from shardmeter_bench.comm import comm_phase
+
+    return comm_phase(ctx, plan)
+
+
+def _fit_and_publish(
+    cfg: RunConfig,
+    gpu: GPUSpec,
+    compute: ComputeResult,
+    comm: list[CommSample],
+    notes: list[str],
+) -> RunResult:
+    intra, inter = default_links(gpu, cfg.device_type, cfg.intra_node_link, cfg.inter_node_link)
+    if compute.oom_stops:
+        notes.append(f"batch sweeps stopped by out-of-memory: {len(compute.oom_stops)} shapes")
+    if compute.skipped:
+        notes.append(f"shapes skipped (OOM at micro-batch 1): {', '.join(compute.skipped)}")
+    doc = fit.fit(
+        gpu=gpu,
+        precision=cfg.precision_enum,
+        intra_node=intra,
+        inter_node=inter,
+        compute=compute.compute,
+        communication=comm,
+        memory=compute.memory,
+        pool=cfg.pool,
+        device_type=cfg.device_type,
+        notes=notes,
+    )
+    result = RunResult(doc=doc, summary=fit.fit_summary(doc))
+    if cfg.out or not cfg.publish:
+        path = doc.write(cfg.out or "shardmeter-coefficients.json")
+        result.outputs["coefficients"] = str(path)
+        log.info("coefficients_written", path=str(path), fit_mape=doc.fit_mape())
+    if cfg.publish:
+        from shardmeter_bench.publish import parse_target, publish_configmap
+
+        result.outputs["configmap"] = publish_configmap(
+            doc, parse_target(cfg.publish), cfg.namespace
+        )
+    return result
+
+
+def run(cfg: RunConfig, ctx: DistContext) -> RunResult:
+    """Run one mode on this rank; rank 0's result carries the document and the report."""
+    started = time.perf_counter()
+    load_start = load_average()
+    if load_start is not None and load_start > 0.5 * (os.cpu_count() or 1) and ctx.is_main:
+        log.warning("background_load", load_1m=load_start, cpus=os.cpu_count())
+    if ctx.launched:
+        distributed.init(ctx, cfg.device_type, cfg.timeout_s)
+    try:
+        device = torch_device(cfg.device_type, ctx.local_rank)
+        gpu, notes = device_spec(cfg, device) if ctx.is_main else (None, [])
+        gpu = distributed.broadcast_from_main(gpu, ctx)
+        assert gpu is not None
+        result = RunResult()
+        if cfg.measures:
+            compute = _profile(cfg, ctx, device) if cfg.mode != "comm" else ComputeResult()
+            comm = _comm(cfg, ctx, notes) if cfg.mode != "compute" else []
+            if ctx.is_main:
+                result = _fit_and_publish(cfg, gpu, compute, comm, notes)
+        elif ctx.is_main:
+            assert cfg.coefficients is not None
+            result.doc = CoefficientsDocument.read(cfg.coefficients)
+            result.summary = fit.fit_summary(result.doc)
+        if cfg.mode == "validate":
+            from shardmeter_bench.pipeline_validate import run_validation
+
+            meta = {
+                "machine": machine_description(cfg, ctx),
+                "host": platform.node(),
+                "argv": list(cfg.argv),
+                "load_1m_start": load_start,
+            }
+            result.report = run_validation(cfg, ctx, device, result.doc, meta)
+            if result.report is not None:
+                result.report["meta"]["wall_s"] = time.perf_counter() - started
+                result.report["meta"]["load_1m_end"] = load_average()
+                from shardmeter_bench.report import write_report
+
+                js, md = write_report(result.report, cfg.report_dir)
+                result.outputs["report_json"], result.outputs["report_md"] = str(js), str(md)
+        return result
+    finally:
+        if ctx.launched:
+            distributed.shutdown(synchronise=True)
+
+
+def validation_comm_plan(cfg: RunConfig) -> CommPlan:
+    """Collectives at payloads between the fitted ones, inside the node."""
+    return CommPlan(
+        payloads=SMALL_VALIDATION_PAYLOADS if cfg.scale == "small" else VALIDATION_PAYLOADS,
+        repeats=max(cfg.repeats, 5),
+        device_type=cfg.device_type,
+        inter_node=False,
+    )

@@ -1,0 +1,95 @@
+"""The ``validate`` phase of a run: Hugging Face models on this rank (split across ranks
+under a launcher), then FSDP2 steps and collectives on all ranks, then — on rank 0 — the
+predictions and the report."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from shardmeter.cost.coefficients import CoefficientsDocument
+from shardmeter.spec.training import Precision
+from shardmeter_bench import distributed
+from shardmeter_bench.distributed import DistContext
+from shardmeter_bench.fsdp_step import DistributedValidation, distributed_validation_phase
+from shardmeter_bench.logs import get_logger
+from shardmeter_bench.pipeline import RunConfig, comm_ranks, validation_comm_plan
+from shardmeter_bench.report import build_report
+from shardmeter_bench.validate import (
+    ModelResult,
+    attach_predictions,
+    fsdp_cases,
+    measure_models,
+    predict_step,
+    validation_cases,
+)
+
+log = get_logger(__name__)
+
+
+def run_validation(
+    cfg: RunConfig,
+    ctx: DistContext,
+    device: torch.device,
+    doc: CoefficientsDocument | None,
+    meta: dict[str, Any],
+) -> dict[str, Any] | None:
+    cases = validation_cases(cfg.scale, cfg.device_type)
+    mine = cases[ctx.rank :: ctx.world_size] if ctx.launched else cases
+    log.info("validation_started", models=len(mine))
+    rows = measure_models(mine, device, cfg.dtype, cfg.repeats, cfg.seed)
+    gathered = distributed.gather_to_main(rows, ctx) or []
+    all_rows = [r for part in gathered for r in part]
+
+    steps: list[dict[str, Any]] = []
+    collectives = []
+    ranks = comm_ranks(cfg, ctx)
+    fsdp = fsdp_cases(cfg.scale, cfg.device_type)
+    if ranks >= 2:
+        job = DistributedValidation(
+            cases=tuple(fsdp),
+            device_type=cfg.device_type,
+            bf16=cfg.precision_enum is Precision.BF16,
+            repeats=cfg.repeats,
+            seed=cfg.seed,
+            comm=validation_comm_plan(cfg),
+        )
+        out = distributed.run_phase(
+            distributed_validation_phase,
+            job,
+            ctx,
+            ranks,
+            cfg.device_type,
+            cfg.timeout_s,
+            cfg.threads or 1,
+        )
+        if out is not None:
+            steps, collectives = out["steps"], out["collectives"]
+    else:
+        log.warning("fsdp_validation_skipped", reason=f"needs at least 2 ranks, found {ranks}")
+    if not ctx.is_main:
+        return None
+    assert doc is not None
+    results = attach_predictions(doc, cases, all_rows)
+    by_key = {r.key: r for r in results}
+    nodes, per_node = (ctx.nnodes, ctx.local_world_size) if ctx.launched else (1, ranks)
+    for measured in steps:
+        case = next(c for c in fsdp if c.key == measured["key"])
+        spec = case.spec.model_copy(update={"num_layers": case.layers})
+        predicted = predict_step(doc, spec, case.micro_batch, case.seq_len, nodes, per_node)
+        result = by_key.get(case.key)
+        if result is None or result.layers != case.layers:
+            result = ModelResult(case.key, case.spec.name, case.spec.total_params, case.layers)
+            results.append(result)
+            by_key[case.key] = result
+        result.step = {
+            "measured_s": measured["seconds"],
+            "predicted_s": predicted,
+            "micro_batch": case.micro_batch,
+            "seq_len": case.seq_len,
+            "ranks": nodes * per_node,
+        }
+    sizes = sorted({(r["micro_batch"], r["seq_len"]) for r in all_rows})
+    meta["sizes"] = ", ".join(f"{b}×{s}" for b, s in sizes) + " tokens (micro-batch × seq)"
+    return build_report(doc, results, collectives, meta)

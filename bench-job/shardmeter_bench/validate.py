@@ -1,0 +1,249 @@
+"""``validate``: measure shapes the fit never saw and compare with the predictions
+(paper §IV-B, its accuracy table).
+
+* **fwd / bwd**: whole Hugging Face models of the preset architectures at reduced depth,
+  forward (embedding → layers → head → loss) and backward, against the sum of the fitted
+  unit times (embedding + L · block + head);
+* **step**: a real FSDP2 step (`fsdp_step`), against the execution-graph simulator;
+* **collectives**: payloads between the fitted ones, against the ring model.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from shardmeter.cost.coefficients import CoefficientsDocument
+from shardmeter.cost.model import CostModel
+from shardmeter.sim.fsdp import FSDPDurations, simulate_fsdp_step
+from shardmeter.spec.hardware import PoolSpec
+from shardmeter.spec.model import MODEL_PRESETS, MLPKind, NormKind, TransformerSpec
+from shardmeter.spec.training import TrainingSpec
+from shardmeter_bench.device import synchronize
+from shardmeter_bench.hf_models import build_hf_model
+from shardmeter_bench.logs import get_logger, progress
+
+log = get_logger(__name__)
+
+
+@dataclass(frozen=True)
+class ValidationCase:
+    """One model: its architecture (full width), the layers built, and (micro-batch, seq)."""
+
+    key: str
+    spec: TransformerSpec
+    layers: int
+    sizes: tuple[tuple[int, int], ...]
+
+
+@dataclass(frozen=True)
+class FsdpCase:
+    key: str
+    spec: TransformerSpec
+    layers: int
+    micro_batch: int
+    seq_len: int
+
+
+TINY_SPECS = {
+    "tiny-llama": TransformerSpec(
+        name="tiny-llama",
+        hidden_size=96,
+        num_layers=2,
+        num_attention_heads=6,
+        num_key_value_heads=2,
+        intermediate_size=320,
+        vocab_size=1536,
+        tie_embeddings=True,
+    ),
+    "tiny-phi": TransformerSpec(
+        name="tiny-phi",
+        hidden_size=128,
+        num_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        intermediate_size=512,
+        vocab_size=1000,
+        mlp_kind=MLPKind.PLAIN,
+        parallel_attention_mlp=True,
+        linear_bias=True,
+        norm=NormKind.LAYERNORM,
+    ),
+    "tiny-gemma": TransformerSpec(
+        name="tiny-gemma",
+        hidden_size=128,
+        num_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=1,
+        head_dim=48,
+        intermediate_size=512,
+        vocab_size=2000,
+        tie_embeddings=True,
+    ),
+}
+
+_PAPER_MODELS = (
+    ("smollm-360m", 4),
+    ("llama-3.2-1b", 2),
+    ("phi-1.5", 2),
+    ("gemma-2b", 2),
+    ("yi-1.5-6b", 2),
+)
+
+
+def validation_cases(scale: str, device_type: str) -> list[ValidationCase]:
+    """The paper's models (full width, 2–4 layers) or, for ``small``, tiny look-alikes."""
+    if scale == "small":
+        return [ValidationCase(k, s, 2, ((1, 48), (2, 48))) for k, s in TINY_SPECS.items()]
+    sizes = ((1, 128), (2, 128)) if device_type == "cpu" else ((1, 2048), (4, 2048))
+    return [ValidationCase(k, MODEL_PRESETS[k], layers, sizes) for k, layers in _PAPER_MODELS]
+
+
+def fsdp_cases(scale: str, device_type: str) -> list[FsdpCase]:
+    if scale == "small":
+        return [FsdpCase("tiny-llama", TINY_SPECS["tiny-llama"], 2, 2, 48)]
+    if device_type == "cpu":
+        return [FsdpCase("smollm-360m", MODEL_PRESETS["smollm-360m"], 4, 4, 128)]
+    return [
+        FsdpCase("smollm-360m", MODEL_PRESETS["smollm-360m"], 32, 4, 2048),
+        FsdpCase("llama-3.2-1b", MODEL_PRESETS["llama-3.2-1b"], 16, 2, 2048),
+    ]
+
+
+def measure_forward_backward(
+    model: torch.nn.Module,
+    micro_batch: int,
+    seq_len: int,
+    vocab: int,
+    repeats: int,
+    warmup: int = 2,
+    seed: int = 0,
+) -> tuple[float, float]:
+    """Median seconds of ``model(ids, labels=ids)`` and of ``loss.backward()`` after
+    ``warmup`` iterations (the first grows the heap; see `device.keep_freed_memory`)."""
+    device = next(model.parameters()).device
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    ids = torch.randint(0, vocab, (micro_batch, seq_len), generator=gen).to(device)
+    forward, backward = [], []
+    for k in range(warmup + repeats):
+        synchronize(device)
+        t0 = time.perf_counter()
+        loss = model(input_ids=ids, labels=ids).loss
+        synchronize(device)
+        t1 = time.perf_counter()
+        loss.backward()
+        synchronize(device)
+        t2 = time.perf_counter()
+        model.zero_grad(set_to_none=True)
+        if k >= warmup:
+            forward.append(t1 - t0)
+            backward.append(t2 - t1)
+    return statistics.median(forward), statistics.median(backward)
+
+
+def cost_model(
+    doc: CoefficientsDocument,
+    spec: TransformerSpec,
+    micro_batch: int,
+    seq_len: int,
+    nodes: int = 1,
+    gpus_per_node: int = 1,
+) -> CostModel:
+    training = TrainingSpec(
+        seq_len_tokens=seq_len,
+        global_batch_tokens=seq_len * micro_batch * nodes * gpus_per_node,
+        precision=doc.precision,
+    )
+    pool = PoolSpec(name="validate", gpu=doc.gpu, nodes=nodes, gpus_per_node=gpus_per_node)
+    return CostModel(spec, training, pool, doc)
+
+
+def predict_forward_backward(
+    doc: CoefficientsDocument, spec: TransformerSpec, micro_batch: int, seq_len: int
+) -> tuple[float, float]:
+    """Whole-model forward and backward seconds: embedding + L · block + head."""
+    u = cost_model(doc, spec, micro_batch, seq_len).unit_times(micro_batch)
+    layers = spec.num_layers
+    forward = u.embedding_forward_s + layers * u.block_forward_s + u.head_forward_s
+    backward = u.embedding_backward_s + layers * u.block_backward_s + u.head_backward_s
+    return forward, backward
+
+
+def predict_step(
+    doc: CoefficientsDocument,
+    spec: TransformerSpec,
+    micro_batch: int,
+    seq_len: int,
+    nodes: int,
+    gpus_per_node: int,
+) -> float:
+    """One FSDP step (no accumulation) from the execution-graph simulator."""
+    cm = cost_model(doc, spec, micro_batch, seq_len, nodes, gpus_per_node)
+    durations = FSDPDurations.from_cost_model(cm, nodes, gpus_per_node, micro_batch)
+    return simulate_fsdp_step(durations, accumulation=1).step_s
+
+
+@dataclass
+class ModelResult:
+    key: str
+    name: str
+    params: int
+    """Parameters of the full-depth preset (the "size" column)."""
+    layers: int
+    points: list[dict[str, float]] = field(default_factory=list)
+    step: dict[str, float] | None = None
+
+
+def measure_models(
+    cases: list[ValidationCase],
+    device: torch.device,
+    dtype: torch.dtype,
+    repeats: int,
+    seed: int,
+) -> list[dict[str, Any]]:
+    """Measured forward/backward seconds of every case and size (no predictions: the
+    process measuring may not hold the coefficients)."""
+    rows: list[dict[str, Any]] = []
+    for case in progress(cases, total=len(cases), desc="validate"):
+        started = time.perf_counter()
+        model = build_hf_model(case.spec, case.layers, device, dtype, seed)
+        for b, s in case.sizes:
+            fwd, bwd = measure_forward_backward(
+                model, b, s, case.spec.vocab_size, repeats, seed=seed + b
+            )
+            rows.append({"key": case.key, "micro_batch": b, "seq_len": s, "fwd": fwd, "bwd": bwd})
+        del model
+        log.info(
+            "model_validated", model=case.key, elapsed_s=round(time.perf_counter() - started, 1)
+        )
+    return rows
+
+
+def attach_predictions(
+    doc: CoefficientsDocument, cases: list[ValidationCase], rows: list[dict[str, Any]]
+) -> list[ModelResult]:
+    results: dict[str, ModelResult] = {}
+    by_key = {c.key: c for c in cases}
+    for row in rows:
+        case = by_key[row["key"]]
+        spec = case.spec.model_copy(update={"num_layers": case.layers})
+        fwd_p, bwd_p = predict_forward_backward(doc, spec, row["micro_batch"], row["seq_len"])
+        result = results.setdefault(
+            case.key,
+            ModelResult(case.key, case.spec.name, case.spec.total_params, case.layers),
+        )
+        result.points.append(
+            {
+                "micro_batch": row["micro_batch"],
+                "seq_len": row["seq_len"],
+                "fwd_measured_s": row["fwd"],
+                "fwd_predicted_s": fwd_p,
+                "bwd_measured_s": row["bwd"],
+                "bwd_predicted_s": bwd_p,
+            }
+        )
+    return [results[c.key] for c in cases if c.key in results]

@@ -1,0 +1,107 @@
+"""The benchmark catalog: seeded, inside the paper's Table I ranges, at most --configs shapes,
+and a batch sweep that doubles up to the scale's caps."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from shardmeter_bench.catalog import (
+    FULL_CPU,
+    FULL_GPU,
+    MAX_CONFIGS,
+    SMALL,
+    Shape,
+    batch_sweep,
+    generate_catalog,
+    scale_range,
+)
+
+
+def _key(shape: Shape) -> tuple:
+    return (shape.spec.model_dump_json(), shape.seq_len, shape.gpus)
+
+
+def test_same_seed_same_catalog_other_seed_other_catalog() -> None:
+    a = generate_catalog(FULL_GPU, 40, seed=7)
+    b = generate_catalog(FULL_GPU, 40, seed=7)
+    c = generate_catalog(FULL_GPU, 40, seed=8)
+    assert [_key(s) for s in a] == [_key(s) for s in b]
+    assert [_key(s) for s in a] != [_key(s) for s in c]
+
+
+@given(seed=st.integers(0, 2**31), configs=st.integers(1, 60))
+def test_full_scale_shapes_are_inside_table_one(seed: int, configs: int) -> None:
+    shapes = generate_catalog(FULL_GPU, configs, seed)
+    assert len(shapes) == configs  # exactly --configs, never more
+    assert len({_key(s) for s in shapes}) == configs  # distinct
+    for shape in shapes:
+        s = shape.spec
+        assert 16 <= s.num_attention_heads <= 32
+        assert 960 <= s.hidden_size <= 4096
+        assert 16 <= s.num_layers <= 32
+        assert 2560 <= s.intermediate_size <= 24576
+        assert 4 <= s.kv_heads <= 8
+        assert 1 <= shape.gpus <= 16
+        assert s.num_attention_heads % s.kv_heads == 0
+        assert s.q_dim == s.hidden_size  # head_dim = hidden / heads
+        assert shape.seq_len in FULL_GPU.seq_lens
+
+
+def test_catalog_covers_the_ranges_not_one_corner() -> None:
+    shapes = generate_catalog(FULL_GPU, 200, seed=0)
+    hidden = [s.spec.hidden_size for s in shapes]
+    inter = [s.spec.intermediate_size for s in shapes]
+    assert min(hidden) < 1600 and max(hidden) > 3500
+    assert min(inter) < 5000 and max(inter) > 16000
+    assert {s.spec.kv_heads for s in shapes} == {4, 8}
+    assert len({s.gpus for s in shapes}) >= 12
+
+
+def test_small_scale_stays_small() -> None:
+    for shape in generate_catalog(SMALL, 12, seed=0):
+        assert 64 <= shape.spec.hidden_size <= 256
+        assert shape.spec.vocab_size <= 4096
+        assert shape.seq_len <= 64
+
+
+@pytest.mark.parametrize("configs", [0, MAX_CONFIGS + 1])
+def test_configs_out_of_bounds_are_rejected(configs: int) -> None:
+    with pytest.raises(ValueError, match="configs must be between"):
+        generate_catalog(SMALL, configs)
+
+
+def test_batch_sweep_doubles_up_to_the_caps() -> None:
+    shape = generate_catalog(SMALL, 1, seed=0)[0]
+    sweep = list(batch_sweep(shape, SMALL))
+    assert sweep[0] == 1
+    assert all(b2 == 2 * b1 for b1, b2 in itertools.pairwise(sweep))
+    assert sweep[-1] <= SMALL.max_batch
+    assert all(b == 1 or b * shape.seq_len <= SMALL.max_tokens for b in sweep)
+    roomy = dataclasses.replace(SMALL, max_batch=64, max_tokens=10**9)
+    assert list(batch_sweep(shape, roomy)) == [1, 2, 4, 8, 16, 32, 64]
+
+
+def test_cpu_flop_cap_limits_the_sweep_and_shortens_sequences() -> None:
+    cap = FULL_CPU.max_iteration_flops
+    assert cap is not None
+    shapes = generate_catalog(FULL_CPU, 30, seed=1)
+    for shape in shapes:
+        for b in batch_sweep(shape, FULL_CPU):
+            assert b == 1 or shape.iteration_flops(b, FULL_CPU.blocks_per_model) <= cap
+        if shape.seq_len > min(FULL_CPU.seq_lens):
+            assert shape.iteration_flops(1, FULL_CPU.blocks_per_model) <= cap
+    # big shapes were drawn at 256 and fell back to 128; the sweep still measures batch 1
+    assert any(list(batch_sweep(s, FULL_CPU)) == [1] for s in shapes)
+
+
+def test_scale_range_by_device() -> None:
+    assert scale_range("small", "cpu") is SMALL
+    assert scale_range("full", "cpu") is FULL_CPU
+    assert scale_range("full", "cuda") is FULL_GPU
+    with pytest.raises(ValueError):
+        scale_range("huge", "cpu")

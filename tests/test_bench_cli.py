@@ -1,0 +1,169 @@
+"""``python -m shardmeter_bench``: bad arguments exit 2 with one line; runtime failures exit
+with their own status, one line and a structlog event."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from shardmeter_bench.cli import main
+from shardmeter_bench.distributed import free_port
+from shardmeter_bench.errors import EXIT_DEVICE, EXIT_DISTRIBUTED, EXIT_FAILURE, EXIT_USAGE
+
+
+@pytest.fixture(autouse=True)
+def keep_torch_threads() -> Iterator[None]:
+    """``main`` sets torch's thread count for its process; give the test process its own back."""
+    import torch
+
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)
+
+
+def _bench(*args: str, env: dict[str, str] | None = None, timeout: float = 120):
+    return subprocess.run(
+        [sys.executable, "-m", "shardmeter_bench", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["compute", "--configs", "0"], "--configs: must be between 1 and 1000 (got 0)"),
+        (["all", "--repeats", "1"], "--repeats: must be ≥ 3"),
+        (["all", "--gpu", "b200"], "--gpu: unknown GPU preset 'b200'"),
+        (["all", "--device", "cpu", "--gpu", "h100"], "cannot describe --device cpu"),
+        (["all", "--intra-node-link", "warp"], "--intra-node-link: unknown link preset 'warp'"),
+        (["all", "--publish", "secret/x"], "--publish: expected configmap/NAME, got 'secret/x'"),
+        (["all", "--publish", "configmap/Bad_Name"], "not a valid ConfigMap name"),
+        (["all", "--pool", "Pool A"], "--pool: 'Pool A' is not a DNS-1123 label"),
+        (["compute", "--coefficients", "c.json"], "only validate reads a coefficients file"),
+        (["validate", "--coefficients", "/nonexistent.json"], "no such file"),
+    ],
+)
+def test_bad_arguments_exit_2_with_one_line(
+    args: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(args) == EXIT_USAGE
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0], err
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [(["measure"], "invalid choice: 'measure'"), (["all", "--configs", "x"], "invalid int value")],
+)
+def test_argparse_errors_exit_2_with_one_line(
+    args: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(args)
+    assert exc.value.code == EXIT_USAGE
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0]
+
+
+def test_missing_gpu_exits_3_with_one_line_and_an_event() -> None:
+    result = _bench("all", "--device", "cuda", "--log-format", "json")
+    assert result.returncode == EXIT_DEVICE
+    lines = result.stderr.strip().splitlines()
+    assert lines[-1].startswith("shardmeter-bench: error: --device cuda was asked but no CUDA")
+    events = [json.loads(line) for line in lines[:-1]]
+    assert any(e["event"] == "device_unavailable" and e["exit_code"] == 3 for e in events)
+    assert "Traceback" not in result.stderr and result.stdout == ""
+
+
+def test_rendezvous_timeout_exits_5() -> None:
+    """Rank 1 of 2 under a launcher whose rank 0 never comes: a clear timeout, not a hang."""
+    env = {
+        "RANK": "1",
+        "WORLD_SIZE": "2",
+        "LOCAL_RANK": "1",
+        "LOCAL_WORLD_SIZE": "2",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(free_port()),
+    }
+    result = _bench("comm", "--device", "cpu", "--timeout", "3", "--log-format", "json", env=env)
+    assert result.returncode == EXIT_DISTRIBUTED
+    last = result.stderr.strip().splitlines()[-1]
+    assert "did not initialise within 3 s (rank 1 of 2" in last and "MASTER_PORT=" in last
+    assert "Traceback" not in result.stderr
+
+
+def test_comm_without_a_second_rank_is_a_runtime_failure(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["comm", "--device", "cpu", "--ranks", "1", "--log-format", "json"]) == EXIT_FAILURE
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == (
+        "shardmeter-bench: error: collective benchmarks need at least 2 ranks (found 1); "
+        "run under torchrun or with --ranks 2 or more"
+    )
+    assert json.loads(err[-2])["event"] == "bench_failed"
+
+
+def test_unreadable_coefficients_file_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "c.json"
+    bad.write_text("{not json")
+    args = ["validate", "--device", "cpu", "--coefficients", str(bad), "--log-format", "json"]
+    assert main(args) == EXIT_FAILURE
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "not valid JSON" in err[-1] and str(bad) in err[-1]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["all", "--gpu", '{"preset": "h100"'], "--gpu: not valid JSON"),
+        (
+            ["all", "--gpu", '{"preset": "h100", "memoryBytes": -1}'],
+            "--gpu: field 'memory_bytes': must be greater than 0",
+        ),
+        (["all", "--inter-node-link", '{"name": "x"}'], "--inter-node-link: field 'kind'"),
+    ],
+)
+def test_bad_inline_specs_name_the_option_and_field(
+    args: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(args) == EXIT_USAGE
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0], err
+
+
+def test_the_operators_bench_job_command_parses_to_the_pools_hardware() -> None:
+    """The operator passes the GPUPool's GPU and links inline (JSON); the bench CLI must read
+    them back as the same specs, custom fields included — not only preset names."""
+    import yaml
+
+    from shardmeter_bench.cli import _check, build_parser
+    from shardmeter_operator.manifests import bench_job
+    from shardmeter_operator.resources import GPUPoolSpec
+
+    repo = Path(__file__).resolve().parents[1]
+    spec = yaml.safe_load((repo / "examples" / "gpupool-cluster-a.yaml").read_text())["spec"]
+    spec["gpu"] = {"preset": "h200-141gb-sxm", "memoryBytes": 120 * 2**30}  # a MIG-like cut
+    spec["interNodeLink"] = {"name": "roce-200g", "kind": "ethernet", "latencyS": 8e-6,
+                             "bandwidthBytesPerS": "200 Gbit/s"}  # fmt: skip
+    pool = GPUPoolSpec.model_validate(spec)
+    job, _ = bench_job("cluster-a", pool, namespace="sm", image="bench:1",
+                       service_account="bench", generation=1, attempt=1, owner={})  # fmt: skip
+    command = job["spec"]["template"]["spec"]["containers"][0]["command"]
+    args = build_parser().parse_args(command[command.index("shardmeter_bench") + 1 :])
+    _check(args)
+    assert args.gpu == pool.gpu and args.gpu.memory_bytes == 120 * 2**30
+    assert args.intra_node_link == pool.intra and args.inter_node_link == pool.inter
+    assert args.publish == "configmap/shardmeter-coefficients-cluster-a"

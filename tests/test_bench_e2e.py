@@ -1,0 +1,112 @@
+"""The CPU quick run end to end: 12 small shapes and 2 Gloo ranks, and the coefficients it
+writes drive ``shardmeter predict`` and ``shardmeter plan``. Its wall time (target ≤ 3 min)
+is measured by ``benchmarks/bench_accuracy.py --quick``, not asserted here."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from shardmeter.cost.coefficients import COLLECTIVES, CoefficientsDocument, LinkRole, Source
+from shardmeter.cost.features import Target, feature_values
+from shardmeter.spec.model import MODEL_PRESETS
+from shardmeter.spec.training import Precision
+
+HANG_GUARD_S = 600
+
+
+def _run(*argv: str, cwd: Path, timeout: float) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, *argv],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=cwd,
+        timeout=timeout,
+    )
+
+
+@pytest.mark.slow
+def test_cpu_quick_run_feeds_predict_and_plan(tmp_path: Path) -> None:
+    out = tmp_path / "coefficients.json"
+    quick = _run(
+        "-m", "shardmeter_bench", "all", "--device", "cpu", "--scale", "small",
+        "--configs", "12", "--ranks", "2", "--out", str(out), "--log-format", "json",
+        cwd=tmp_path, timeout=HANG_GUARD_S,
+    )  # fmt: skip
+    assert quick.returncode == 0, quick.stderr[-3000:]
+    events = [json.loads(line)["event"] for line in quick.stderr.splitlines()]
+    assert events.count("shape_done") == 12 and "coefficients_written" in events
+    assert "block.forward" in quick.stdout and f"coefficients: {out}" in quick.stdout
+
+    doc = CoefficientsDocument.read(out)
+    assert doc.source is Source.MEASURED and doc.precision is Precision.FP32
+    assert doc.gpu.name.startswith("cpu-") and doc.gpu.peak_fp32_flop_per_s > 1e9
+    assert len({s.group for s in doc.samples.compute}) == 12
+    for target in Target:  # every target measured and fitted, none left to priors
+        fit = doc.compute[target]
+        assert fit.n_samples >= 12 and fit.cv_mape is not None and fit.coefficients, target
+        assert fit.leave_one_model_out_mape is not None
+    assert doc.compute[Target.BLOCK_BACKWARD].cv_mape < 0.25
+    for collective in COLLECTIVES:
+        fit = doc.communication[LinkRole.INTRA_NODE][collective]
+        assert fit.n_samples == 5 and fit.link == "gloo-loopback" and fit.seconds_per_byte > 0
+        assert doc.communication[LinkRole.INTER_NODE][collective].n_samples == 0  # one node
+    assert not any(n.startswith("compute.") for n in doc.notes)  # no compute priors
+    assert doc.samples.memory and doc.memory.activation_scale != 1.0  # calibrated
+
+    predict = _run(
+        "-m", "shardmeter.cli.main", "predict", "--model", "smollm-360m", "--coefficients",
+        str(out), "--gpus-per-node", "2", "--seq-len", "128", "--micro-batch", "2", "--json",
+        cwd=tmp_path, timeout=60,
+    )  # fmt: skip
+    assert predict.returncode == 0, predict.stderr
+    p = json.loads(predict.stdout)
+    assert p["gpu"] == doc.gpu.name and p["coefficients_source"] == "measured"
+    assert p["precision"] == "fp32" and p["island"]["ranks"] == 2
+    spec = MODEL_PRESETS["smollm-360m"]
+    values = feature_values(spec, 2, 128)
+    by_hand = sum(c * values[f] for f, c in doc.compute[Target.BLOCK_FORWARD].coefficients.items())
+    if "block.forward" not in p["roofline_clamped"]:
+        assert p["units"]["block"]["forward_s"] == pytest.approx(by_hand)
+    assert p["collectives"]["link"] == "gloo-loopback"
+
+    plan_file = tmp_path / "plans" / "cpu.yaml"
+    plan_file.parent.mkdir()
+    plan = {
+        "model": "smollm-360m",
+        "training": {
+            "seqLenTokens": 128,
+            "globalBatchTokens": 128 * 16,
+            "totalTokens": 10**7,
+            "precision": "fp32",
+        },
+        "strategy": {"kind": "fsdp"},
+        "pools": [
+            {
+                "name": "cpu-pool",
+                "gpu": doc.gpu.model_dump(mode="json"),
+                "nodes": 2,
+                "gpusPerNode": 2,
+                "coefficients": "../coefficients.json",  # relative to the plan file
+                "pricePerGpuHourUsd": 0.05,
+            }
+        ],
+        "constraints": {"maxIslands": 1},
+    }
+    plan_file.write_text(yaml.safe_dump(plan))
+    planned = _run(
+        "-m", "shardmeter.cli.main", "plan", str(plan_file), "--json", "--no-files",
+        cwd=tmp_path, timeout=120,
+    )  # fmt: skip
+    assert planned.returncode == 0, planned.stderr
+    result = json.loads(planned.stdout)
+    assert result["coefficients"] == {"cpu-pool": "measured"}
+    chosen = result["chosen"]
+    assert chosen["groups"][0]["gpu"] == doc.gpu.name and chosen["step_s"] > 0
+    assert chosen["global_batch_tokens"] >= 128 * 16

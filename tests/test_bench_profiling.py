@@ -1,0 +1,156 @@
+"""Hook-driven profiler ranges on a tiny shape: every unit is found with positive times,
+block 0's backward is timed like any other block's (the requires_grad pitfall), kernel time
+is attributed to the range that launched it, and peak memory grows with the batch."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+import torch
+
+from shardmeter.cost.features import Target
+from shardmeter.spec.model import TransformerSpec
+from shardmeter_bench.blocks import UnitModel, init_weights
+from shardmeter_bench.compute import shard_sizes, time_optimizer_step
+from shardmeter_bench.profiling import profile_shape, range_seconds
+
+SPEC = TransformerSpec(
+    name="tiny",
+    hidden_size=128,
+    num_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    intermediate_size=384,
+    vocab_size=1024,
+)
+UNIT_TARGETS = {
+    Target.EMBEDDING_FORWARD,
+    Target.EMBEDDING_BACKWARD,
+    Target.BLOCK_FORWARD,
+    Target.BLOCK_BACKWARD,
+    Target.HEAD_FORWARD,
+    Target.HEAD_BACKWARD,
+}
+
+
+@pytest.fixture(autouse=True)
+def one_thread() -> Iterator[None]:
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _model(freeze_embedding: bool = False) -> UnitModel:
+    model = UnitModel(SPEC, blocks=2, freeze_embedding=freeze_embedding)
+    init_weights(model, seed=0)
+    return model
+
+
+def _median(prof: Any, unit: str, phase: str) -> float:
+    return statistics.median(v for (u, p, _), v in prof.ranges.items() if (u, p) == (unit, phase))
+
+
+def test_every_unit_has_a_positive_time_in_every_profiled_iteration() -> None:
+    repeats = 3
+    prof = profile_shape(_model(), micro_batch=2, seq_len=32, repeats=repeats)
+    assert set(prof.seconds) == UNIT_TARGETS
+    assert all(v > 0 for v in prof.seconds.values())
+    # only the schedule's active steps (1..repeats) are recorded: warm-ups are not counted
+    assert {it for _, _, it in prof.ranges} == set(range(1, repeats + 1))
+    for unit in ("embedding", "block0", "block1", "head"):
+        for phase in ("fwd", "bwd"):
+            for it in range(1, repeats + 1):
+                assert prof.ranges[(unit, phase, it)] > 0, (unit, phase, it)
+    assert len(prof.raw[Target.BLOCK_FORWARD]) == 2 * repeats  # both blocks, every repeat
+    assert len(prof.raw[Target.HEAD_BACKWARD]) == repeats
+    # a backward pass does about twice a forward pass's work
+    assert prof.seconds[Target.BLOCK_BACKWARD] > prof.seconds[Target.BLOCK_FORWARD]
+
+
+def test_block0_backward_is_timed_like_block1() -> None:
+    prof = profile_shape(_model(), micro_batch=2, seq_len=32, repeats=5)
+    ratio = _median(prof, "block0", "bwd") / _median(prof, "block1", "bwd")
+    assert 0.5 < ratio < 2.0
+    assert _median(prof, "block0", "bwd") > 0.8 * _median(prof, "block0", "fwd")
+
+
+def test_frozen_embedding_still_times_block0_backward() -> None:
+    prof = profile_shape(_model(freeze_embedding=True), micro_batch=2, seq_len=32, repeats=5)
+    ratio = _median(prof, "block0", "bwd") / _median(prof, "block1", "bwd")
+    assert 0.5 < ratio < 2.0
+    assert Target.EMBEDDING_BACKWARD not in prof.seconds  # nothing to differentiate
+
+
+def test_without_the_guard_block0_backward_hook_fires_early() -> None:
+    """The pitfall itself: block 0's input does not require grad, so its full backward hook
+    fires with the output gradient and its backward reads as ~0."""
+    model = _model(freeze_embedding=True)
+    model.guard_block0 = False
+    with pytest.warns(UserWarning, match="no inputs require gradients"):
+        prof = profile_shape(model, micro_batch=2, seq_len=32, repeats=3)
+    assert _median(prof, "block0", "bwd") < 0.2 * _median(prof, "block1", "bwd")
+
+
+def test_peak_memory_grows_with_the_batch() -> None:
+    model = _model()
+    small = profile_shape(model, micro_batch=1, seq_len=32, repeats=3).peak_bytes
+    large = profile_shape(model, micro_batch=8, seq_len=32, repeats=3).peak_bytes
+    logits = 8 * 32 * SPEC.vocab_size * 4
+    assert small > 0 and large > small + logits / 2
+
+
+@dataclass
+class _Span:
+    start: int
+    end: int
+
+    def elapsed_us(self) -> int:
+        return self.end - self.start
+
+
+@dataclass
+class _Kernel:
+    duration: float
+
+
+@dataclass
+class _Event:
+    name: str
+    thread: int
+    time_range: _Span
+    kernels: list[_Kernel] = field(default_factory=list)
+
+
+def test_device_time_is_the_kernels_launched_inside_each_range() -> None:
+    events = [
+        _Event("shardmeter|block0|fwd|1", 1, _Span(0, 100)),
+        _Event("aten::mm", 1, _Span(10, 20), [_Kernel(50), _Kernel(25)]),
+        _Event("aten::add", 1, _Span(150, 160), [_Kernel(7)]),  # outside every range
+        _Event("shardmeter|block0|bwd|1", 2, _Span(200, 300)),  # autograd thread
+        _Event("aten::mm", 2, _Span(210, 220), [_Kernel(100)]),
+        _Event("aten::mm", 1, _Span(210, 220), [_Kernel(1000)]),  # same time, other thread
+    ]
+    gpu = range_seconds(events, "cuda")
+    assert gpu == {
+        ("block0", "fwd", 1): pytest.approx(75e-6),
+        ("block0", "bwd", 1): pytest.approx(100e-6),
+    }
+    cpu = range_seconds(events, "cpu")  # on a CPU: the range's own elapsed time
+    assert cpu == {
+        ("block0", "fwd", 1): pytest.approx(100e-6),
+        ("block0", "bwd", 1): pytest.approx(100e-6),
+    }
+
+
+def test_optimizer_step_over_one_ranks_shards() -> None:
+    sizes = shard_sizes(SPEC, gpus=4)
+    assert sum(sizes) == pytest.approx(SPEC.total_params / 4, rel=0.01)
+    params, seconds = time_optimizer_step(SPEC, 4, torch.device("cpu"), 3, budget=10**9)
+    assert params == sum(sizes) and seconds > 0
+    capped, _ = time_optimizer_step(SPEC, 1, torch.device("cpu"), 3, budget=50_000)
+    assert 0 < capped <= 50_000
