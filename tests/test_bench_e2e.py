@@ -110,3 +110,35 @@ def test_cpu_quick_run_feeds_predict_and_plan(tmp_path: Path) -> None:
     chosen = result["chosen"]
     assert chosen["groups"][0]["gpu"] == doc.gpu.name and chosen["step_s"] > 0
     assert chosen["global_batch_tokens"] >= 128 * 16
+
+
+@pytest.mark.slow
+def test_two_node_torchrun_launch_as_the_operator_starts_it(tmp_path: Path) -> None:
+    """The Indexed Job's launch, one pod per node: ``torchrun --nnodes=2 --node-rank=i
+    --master-addr --master-port -m shardmeter_bench all``. The ranks split the catalog, meet
+    across "nodes" for the collectives (the inter-node fit) and rank 0 writes one document."""
+    from shardmeter_bench.distributed import free_port
+
+    out = tmp_path / "coefficients.json"
+    port = free_port()
+
+    def node(rank: int) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=1",
+             f"--node-rank={rank}", "--master-addr=127.0.0.1", f"--master-port={port}",
+             "-m", "shardmeter_bench", "all", "--device", "cpu", "--scale", "small",
+             "--configs", "2", "--out", str(out), "--log-format", "json", "--timeout", "120"],
+            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+
+    procs = [node(0), node(1)]
+    results = [proc.communicate(timeout=HANG_GUARD_S) for proc in procs]
+    for proc, (_, err) in zip(procs, results, strict=True):
+        assert proc.returncode == 0, err[-3000:]
+    assert f"coefficients: {out}" in results[0][0] and "coefficients:" not in results[1][0]
+    doc = CoefficientsDocument.read(out)
+    assert len({s.group for s in doc.samples.compute}) == 2  # one shape per rank, gathered
+    for collective in COLLECTIVES:
+        inter = doc.communication[LinkRole.INTER_NODE][collective]
+        assert inter.n_samples > 0 and inter.seconds_per_byte > 0
+        assert doc.communication[LinkRole.INTRA_NODE][collective].n_samples == 0  # 1 GPU/node

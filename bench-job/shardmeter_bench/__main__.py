@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
+import os
+import sys
+
 from shardmeter_bench.cli import main
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    code = main()
+    if "torch.distributed" in sys.modules and int(os.environ.get("WORLD_SIZE", "1") or 1) > 1:
+        # A torchrun rank: its process group is gone; skip finalisation (see exit_now).
+        from shardmeter_bench.distributed import exit_now
+
+        exit_now(code)
+    raise SystemExit(code)

@@ -41,7 +41,8 @@ def keep_freed_memory() -> bool:
     with a cost in *parameters*, which no compute feature (all in tokens) can absorb. Serving
     everything from the heap (``M_MMAP_MAX=0``), never trimming it (``M_TRIM_THRESHOLD``) and
     keeping one arena makes the second iteration onwards fault-free. The price: the process
-    keeps its peak memory until it exits. ``SHARDMETER_BENCH_KEEP_HEAP=0`` turns this off.
+    keeps its peak memory until `release_freed_memory` is called (after each shape and model,
+    and before spawning ranks). ``SHARDMETER_BENCH_KEEP_HEAP=0`` turns this off.
     Returns whether it was applied (glibc only)."""
     if os.environ.get("SHARDMETER_BENCH_KEEP_HEAP", "1") == "0":
         return False
@@ -57,6 +58,22 @@ def keep_freed_memory() -> bool:
     ok &= libc.mallopt(_GLIBC_M_TRIM_THRESHOLD, -1) == 1  # -1 → SIZE_MAX: never trim
     ok &= libc.mallopt(_GLIBC_M_ARENA_MAX, 1) == 1
     return bool(ok)
+
+
+def release_freed_memory() -> bool:
+    """Hand the heap's free pages back to the OS (``malloc_trim``), once a phase that grew it
+    is over — e.g. before spawning ranks, which would otherwise find the host's memory held
+    by this process's idle heap (`keep_freed_memory` never trims on its own). glibc only;
+    returns whether anything was released."""
+    if platform.libc_ver()[0] != "glibc":
+        return False
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return False
+    return bool(libc.malloc_trim(0))
 
 
 def check_device(device_type: str) -> None:
@@ -89,11 +106,15 @@ def is_oom(exc: BaseException) -> bool:
 
 
 def release_memory(device: torch.device) -> None:
+    """After a model is dropped: collect it and give its memory back (the CUDA cache, or on a
+    CPU the heap `keep_freed_memory` keeps) so the next shape or the next ranks can use it."""
     import gc
 
     gc.collect()
     if device.type == "cuda":
         torch.cuda.empty_cache()
+    else:
+        release_freed_memory()
 
 
 def best_seconds(fn: Callable[[], object], device: torch.device, repeats: int) -> float:

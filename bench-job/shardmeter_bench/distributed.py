@@ -14,12 +14,13 @@ import json
 import os
 import pickle
 import socket
+import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 import torch.distributed as dist
@@ -178,6 +179,7 @@ def _worker(
 
     if device_type == "cpu":
         keep_freed_memory()
+        pin_to_core(index)
     os.environ.update(
         MASTER_ADDR="127.0.0.1",
         MASTER_PORT=str(port),
@@ -199,6 +201,7 @@ def _worker(
             with open(Path(folder) / "result.pkl", "wb") as f:
                 pickle.dump(result, f)
         shutdown(synchronise=True)
+        exit_now(0)
     except BenchError as exc:
         _write_error(folder, index, exc.code, type(exc).__name__, exc.message)
         raise SystemExit(exc.code) from exc
@@ -212,6 +215,25 @@ def _worker(
         raise SystemExit(errors.EXIT_DISTRIBUTED) from exc
     finally:
         shutdown()
+
+
+def pin_to_core(index: int) -> None:
+    """Spawned CPU rank ``index`` runs on core ``index mod cores`` (Linux). Unpinned, ranks
+    and Gloo's I/O threads migrate between the cores, and a latency-bound collective's time
+    swings 2× from one process to the next; a rank's own threads then share its core."""
+    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    if cores and os.environ.get("SHARDMETER_BENCH_PIN", "1") != "0":
+        os.sched_setaffinity(0, {cores[index % len(cores)]})
+
+
+def exit_now(code: int) -> NoReturn:
+    """End a rank without interpreter finalisation, once its process group is destroyed and
+    its result written. Finalisation can still free tensors held by Gloo's C++ work objects
+    after the interpreter is gone, which aborts the rank ("terminate called without an active
+    exception", seen here about one run in ten) and fails a run that had succeeded."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def _write_error(folder: str, index: int, code: int, kind: str, message: str) -> None:
@@ -245,6 +267,11 @@ def spawn(
     A worker's `BenchError` is re-raised here as the same kind with its message."""
     import torch.multiprocessing as mp
 
+    from shardmeter_bench.device import release_freed_memory
+
+    # This process's heap may still hold a phase's peak (`keep_freed_memory`); the new ranks
+    # need that memory.
+    release_freed_memory()
     with tempfile.TemporaryDirectory(prefix="shardmeter-bench-") as folder:
         port = free_port()
         try:

@@ -23,7 +23,7 @@ from shardmeter.sim.fsdp import FSDPDurations, simulate_fsdp_step
 from shardmeter.spec.hardware import PoolSpec
 from shardmeter.spec.model import MODEL_PRESETS, MLPKind, NormKind, TransformerSpec
 from shardmeter.spec.training import TrainingSpec
-from shardmeter_bench.device import synchronize
+from shardmeter_bench.device import release_memory, synchronize
 from shardmeter_bench.hf_models import build_hf_model
 from shardmeter_bench.logs import get_logger, progress
 
@@ -217,6 +217,7 @@ def measure_models(
             )
             rows.append({"key": case.key, "micro_batch": b, "seq_len": s, "fwd": fwd, "bwd": bwd})
         del model
+        release_memory(device)
         log.info(
             "model_validated", model=case.key, elapsed_s=round(time.perf_counter() - started, 1)
         )
