@@ -117,7 +117,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _check(args: argparse.Namespace) -> None:
-    """Our own argument checks (argparse cannot express them); `UsageError` on failure."""
+    """Our own argument checks (argparse cannot express them); `UsageError` on failure.
+    Also turns --gpu and the link options into specs (preset name or inline JSON)."""
     if args.configs is not None and not 1 <= args.configs <= MAX_CONFIGS:
         raise UsageError(f"--configs: must be between 1 and {MAX_CONFIGS} (got {args.configs})")
     if args.repeats < 3:
@@ -265,12 +266,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return errors.EXIT_INTERRUPTED
     except Exception as exc:
         if _looks_like_oom(exc):
-            first = str(exc).strip().splitlines()[0]
-            return fail(errors.OutOfMemoryError(f"out of memory outside the batch sweep: {first}"))
+            message = f"out of memory outside the batch sweep: {errors.first_line(exc)}"
+            return fail(errors.OutOfMemoryError(message))
         if args.verbose:
             traceback.print_exc()
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        return fail(BenchError(f"internal error: {type(exc).__name__}: {first}"), args.verbose)
+        message = f"internal error: {type(exc).__name__}: {errors.first_line(exc)}"
+        return fail(BenchError(message), args.verbose)
     if ctx.is_main:
         _print_result(result)
     return errors.EXIT_OK

@@ -10,10 +10,12 @@ memory from the system RAM and memory bandwidth from a copy probe.
 
 from __future__ import annotations
 
+import functools
 import os
 import platform
 import time
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -28,6 +30,19 @@ PROBE_HEADROOM = 1.05
 _GLIBC_M_TRIM_THRESHOLD = -1
 _GLIBC_M_MMAP_MAX = -4
 _GLIBC_M_ARENA_MAX = -8
+
+
+@functools.cache
+def _glibc() -> Any:
+    """This process's glibc through ctypes, or None (another libc, or not loadable)."""
+    if platform.libc_ver()[0] != "glibc":
+        return None
+    import ctypes
+
+    try:
+        return ctypes.CDLL("libc.so.6")
+    except OSError:
+        return None
 
 
 def keep_freed_memory() -> bool:
@@ -46,13 +61,8 @@ def keep_freed_memory() -> bool:
     Returns whether it was applied (glibc only)."""
     if os.environ.get("SHARDMETER_BENCH_KEEP_HEAP", "1") == "0":
         return False
-    if platform.libc_ver()[0] != "glibc":
-        return False
-    import ctypes
-
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-    except OSError:
+    libc = _glibc()
+    if libc is None:
         return False
     ok = libc.mallopt(_GLIBC_M_MMAP_MAX, 0) == 1
     ok &= libc.mallopt(_GLIBC_M_TRIM_THRESHOLD, -1) == 1  # -1 → SIZE_MAX: never trim
@@ -65,13 +75,8 @@ def release_freed_memory() -> bool:
     is over — e.g. before spawning ranks, which would otherwise find the host's memory held
     by this process's idle heap (`keep_freed_memory` never trims on its own). glibc only;
     returns whether anything was released."""
-    if platform.libc_ver()[0] != "glibc":
-        return False
-    import ctypes
-
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-    except OSError:
+    libc = _glibc()
+    if libc is None:
         return False
     return bool(libc.malloc_trim(0))
 

@@ -26,7 +26,7 @@ import torch
 import torch.distributed as dist
 
 from shardmeter_bench import errors
-from shardmeter_bench.errors import BenchError, DistributedError
+from shardmeter_bench.errors import BenchError, DistributedError, first_line
 
 _CONTROL: dict[str, Any] = {"group": None}
 
@@ -105,10 +105,9 @@ def init(ctx: DistContext, device_type: str, timeout_s: float) -> None:
         _CONTROL["group"] = None if device_type == "cpu" else dist.new_group(backend="gloo")
         barrier(device_type, ctx)
     except (dist.DistError, RuntimeError, ValueError, TimeoutError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise DistributedError(
             f"torch.distributed ({backend}) did not initialise within {timeout_s:g} s "
-            f"(rank {ctx.rank} of {ctx.world_size}, {_where()}): {first}"
+            f"(rank {ctx.rank} of {ctx.world_size}, {_where()}): {first_line(exc)}"
         ) from exc
 
 
@@ -206,11 +205,11 @@ def _worker(
         _write_error(folder, index, exc.code, type(exc).__name__, exc.message)
         raise SystemExit(exc.code) from exc
     except torch.OutOfMemoryError as exc:
-        msg = f"out of memory on rank {index}: {str(exc).splitlines()[0]}"
+        msg = f"out of memory on rank {index}: {first_line(exc)}"
         _write_error(folder, index, errors.EXIT_OOM, "OutOfMemoryError", msg)
         raise SystemExit(errors.EXIT_OOM) from exc
     except dist.DistError as exc:
-        msg = f"rank {index}: {type(exc).__name__}: {str(exc).strip().splitlines()[0]}"
+        msg = f"rank {index}: {type(exc).__name__}: {first_line(exc)}"
         _write_error(folder, index, errors.EXIT_DISTRIBUTED, "DistributedError", msg)
         raise SystemExit(errors.EXIT_DISTRIBUTED) from exc
     finally:
@@ -287,8 +286,7 @@ def spawn(
             if reports:
                 info = json.loads(reports[0].read_text())
                 raise _KINDS.get(info["kind"], BenchError)(info["message"]) from exc
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise BenchError(f"a spawned rank failed: {first}") from exc
+            raise BenchError(f"a spawned rank failed: {first_line(exc)}") from exc
         with open(Path(folder) / "result.pkl", "rb") as f:
             return pickle.load(f)
 

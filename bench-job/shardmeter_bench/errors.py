@@ -30,6 +30,13 @@ EXIT_PUBLISH = 6
 EXIT_INTERRUPTED = 130
 
 
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message, or its type name when it has none — what a
+    one-line failure report quotes."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 class BenchError(Exception):
     """A failure the Job reports as one line and exits with ``code``."""
 

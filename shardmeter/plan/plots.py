@@ -10,7 +10,7 @@ import numpy as np
 
 from shardmeter.plan.evaluate import Evaluation
 from shardmeter.plan.result import PlanSummary
-from shardmeter.sim.plot import pyplot
+from shardmeter.sim.plot import pyplot, save_figure
 
 
 def plot_frontier(
@@ -69,11 +69,7 @@ def plot_frontier(
     ax.legend(fontsize=8, loc="upper right")
     if title:
         ax.set_title(title, fontsize=10)
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(target, dpi=120)
-    plt.close(fig)
-    return target
+    return save_figure(fig, path)
 
 
 def plot_top(plans: Sequence[PlanSummary], path: str | Path, title: str = "") -> Path:
@@ -94,8 +90,4 @@ def plot_top(plans: Sequence[PlanSummary], path: str | Path, title: str = "") ->
     fig.legend(handles=handles, fontsize=8, loc="outside upper right", ncol=2, frameon=False)
     if title:
         ax.set_title(title, fontsize=10)
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(target, dpi=120)
-    plt.close(fig)
-    return target
+    return save_figure(fig, path)

@@ -43,6 +43,15 @@ def pyplot() -> Any:
     return plt
 
 
+def save_figure(fig: Any, path: str | Path) -> Path:
+    """Write ``fig`` as a PNG (folders created) and release it."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(target, dpi=120)
+    pyplot().close(fig)
+    return target
+
+
 @dataclass(frozen=True)
 class _Bar:
     row: str
@@ -160,11 +169,7 @@ def plot_timeline(
             fontsize=8,
             frameon=False,
         )
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(target, dpi=120)
-    plt.close(fig)
-    return target
+    return save_figure(fig, path)
 
 
 @dataclass(frozen=True)
@@ -201,8 +206,4 @@ def plot_batch_sweep(points: Sequence[SweepPoint], path: str | Path, title: str 
         ax.grid(alpha=0.3)
     if title:
         fig.suptitle(title, fontsize=10)
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(target, dpi=120)
-    plt.close(fig)
-    return target
+    return save_figure(fig, path)
