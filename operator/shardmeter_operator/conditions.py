@@ -31,6 +31,8 @@ class Reason:
     PLAN_ONLY = "PlanOnly"
     JOBS_CREATED = "JobsCreated"
     JOBS_FAILED = "JobCreationFailed"
+    NOT_LAUNCHABLE = "RuntimeCannotExpress"
+    """The chosen plan cannot run as planned on torchtitan's fault-tolerant trainer."""
     OUTER_STEP_HIDDEN = "OuterStepHidden"
     OUTER_STEP_BLOCKS = "OuterStepBlocks"
     NOT_DILOCO = "NotDiLoCo"

@@ -54,6 +54,7 @@ _KINDS: dict[tuple[str, str], _Kind] = {
     ("v1", "ConfigMap"): _Kind("CoreV1Api", "config_map"),
     ("v1", "Service"): _Kind("CoreV1Api", "service"),
     ("batch/v1", "Job"): _Kind("BatchV1Api", "job"),
+    ("apps/v1", "Deployment"): _Kind("AppsV1Api", "deployment"),
     ("rbac.authorization.k8s.io/v1", "Role"): _Kind("RbacAuthorizationV1Api", "role"),
     ("rbac.authorization.k8s.io/v1", "RoleBinding"): _Kind(
         "RbacAuthorizationV1Api", "role_binding"

@@ -52,7 +52,7 @@ PERMISSIONS: tuple[Permission, ...] = (
         "trainingplans/finalizers",
         ("update",),
         "cluster",
-        "set blockOwnerDeletion on the Jobs and Services a TrainingPlan owns",
+        "set blockOwnerDeletion on the Jobs, Services and Deployments a TrainingPlan owns",
     ),
     # kopf: resource discovery and events
     Permission(
@@ -69,7 +69,18 @@ PERMISSIONS: tuple[Permission, ...] = (
     # island Jobs and their rendezvous Services, in the TrainingPlans' namespaces
     Permission("batch", "jobs", ("get", "create"), "cluster", "one Indexed Job per island"),
     Permission(
-        "", "services", ("get", "create"), "cluster", "a headless Service per Job (rendezvous)"
+        "",
+        "services",
+        ("get", "create"),
+        "cluster",
+        "a headless Service per Job (rendezvous) and the torchft lighthouse's Service",
+    ),
+    Permission(
+        "apps",
+        "deployments",
+        ("get", "create"),
+        "cluster",
+        "the torchft lighthouse of a launched DiLoCo plan",
     ),
     # the operator namespace: coefficients, benchmark Jobs and the benchmark's narrow Role
     Permission(

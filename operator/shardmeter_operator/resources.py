@@ -129,12 +129,47 @@ class PoolRef(SpecModel):
     """Use at most this many of the pool's nodes."""
 
 
+class FaultToleranceSpec(SpecModel):
+    """How a launched (Streaming) DiLoCo plan runs on torchft: its lighthouse (the
+    ``torchft_lighthouse`` of the ``torchft`` wheel, one Deployment per plan) and the islands'
+    torchft managers. Defaults are torchft 0.2.0's own."""
+
+    min_replicas: int | None = Field(default=None, ge=1, le=64)
+    """Islands a quorum needs (lighthouse ``--min_replicas``, torchtitan
+    ``--fault_tolerance.min_replica_size``); default: every island of the plan. Fewer lets
+    training go on while an island is down; never more than the plan's islands."""
+    join_timeout_ms: int = Field(default=60_000, ge=100, le=3_600_000)
+    """How long the lighthouse waits for heartbeating stragglers before it issues a quorum."""
+    quorum_tick_ms: int = Field(default=100, ge=10, le=60_000)
+    """How often the lighthouse checks for a quorum while it waits."""
+    heartbeat_timeout_ms: int = Field(default=5_000, ge=100, le=600_000)
+    """An island that has not heartbeaten for this long is considered dead."""
+    quorum_timeout_s: int = Field(default=900, ge=10, le=86_400)
+    """How long an island waits for a quorum (``TORCHFT_QUORUM_TIMEOUT_SEC``). DiLoCo forms
+    one at every fragment sync, so this must cover the islands' drift between two syncs."""
+    process_group: Literal["nccl", "gloo"] = "nccl"
+    """Backend of the cross-island pseudo-gradient all_reduce (torchtitan
+    ``--fault_tolerance.process_group``): ``nccl`` on GPU pools, ``gloo`` on CPUs."""
+    lighthouse_image: str = Field(default="", max_length=512)
+    """Image with the ``torchft`` wheel for the lighthouse; empty: the operator's bench image."""
+    cluster_domain: str = Field(
+        default="cluster.local",
+        min_length=1,
+        max_length=253,
+        pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$",
+    )
+    """The cluster's DNS domain: island pods search their peers' headless Services under it, so
+    that the hostnames torchft advertises (``socket.gethostname()``) resolve across islands."""
+
+
 class TrainingPlanSpec(PlanRequest):
     """A planning request over GPUPools (see PlanRequest), plus launch control."""
 
     pools: list[PoolRef] = Field(min_length=1, max_length=64)
     launch: bool = False
     """Create one Job per island from ``template`` (false: plan only)."""
+    fault_tolerance: FaultToleranceSpec = Field(default_factory=FaultToleranceSpec)
+    """The torchft lighthouse and managers of a launched DiLoCo plan."""
     template: dict[str, Any] = Field(
         default_factory=dict, json_schema_extra={"x-kubernetes-preserve-unknown-fields": True}
     )

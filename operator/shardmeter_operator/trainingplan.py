@@ -8,7 +8,6 @@ prediction blocks and which settings would not. Running Jobs are never touched."
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -23,12 +22,8 @@ from shardmeter_operator import metrics
 from shardmeter_operator.conditions import Reason, Type, get_condition, set_condition
 from shardmeter_operator.config import OperatorConfig
 from shardmeter_operator.kube import Kube
-from shardmeter_operator.manifests import (
-    coefficients_configmap_name,
-    island_manifests,
-    owner_reference,
-    validate_template,
-)
+from shardmeter_operator.launch import render_launch
+from shardmeter_operator.manifests import coefficients_configmap_name, validate_template
 from shardmeter_operator.planning import plan_request, plan_status, reevaluate
 from shardmeter_operator.resources import GPUPoolSpec, TrainingPlanPhase, TrainingPlanSpec
 
@@ -243,8 +238,14 @@ async def reconcile_plan(
         "phase": TrainingPlanPhase.PLANNED.value,
     }
     if spec.launch:
+        try:  # everything rendered and checked before anything is created
+            manifests = render_launch(
+                name, namespace, uid, spec, st, pool_specs, bench_image=cfg.bench_image
+            )
+        except SpecError as exc:
+            return _not_launchable(patch, conditions, exc, generation)
         try:
-            jobs = await _launch(name, namespace, uid, spec, st, pool_specs, kube)
+            jobs = await _launch(uid, manifests, kube)
         except SpecError as exc:
             conditions = set_condition(
                 conditions, Type.LAUNCHED, False, Reason.JOBS_FAILED, str(exc), generation
@@ -368,34 +369,22 @@ async def _reevaluate(
     }
 
 
-async def _launch(
-    name: str,
-    namespace: str,
-    uid: str,
-    spec: TrainingPlanSpec,
-    st: Status,
-    pools: Mapping[str, GPUPoolSpec],
-    kube: Kube,
-) -> list[str]:
-    owner = owner_reference("TrainingPlan", name, uid)
-    s = st.get("streamingDiLoCo") or {"syncEvery": 1, "fragments": 1, "fragmentSyncDelay": 0}
-    plan_json = json.dumps(
-        {k: st[k] for k in ("plan", "islands", "streamingDiLoCo", "predictions")},
-        sort_keys=True,
-        separators=(",", ":"),
+def _not_launchable(
+    patch: Status, conditions: list[dict[str, Any]], exc: SpecError, generation: int
+) -> Status:
+    """The plan stands (status keeps it) but cannot run as planned: Valid=False naming the
+    field, nothing created."""
+    reason = (
+        Reason.INVALID_TEMPLATE if exc.field.startswith("spec.template") else Reason.NOT_LAUNCHABLE
     )
-    manifests = island_manifests(
-        name,
-        namespace,
-        owner,
-        spec.template,
-        st["islands"],
-        pools,
-        int(s["syncEvery"]),
-        int(s["fragments"]),
-        int(s["fragmentSyncDelay"]),
-        plan_json,
+    conditions = set_condition(conditions, Type.VALID, False, reason, str(exc), generation)
+    conditions = set_condition(
+        conditions, Type.LAUNCHED, False, reason, "nothing created: " + str(exc), generation
     )
+    return {**patch, "phase": TrainingPlanPhase.INVALID.value, "conditions": conditions}
+
+
+async def _launch(uid: str, manifests: list[dict[str, Any]], kube: Kube) -> list[str]:
     jobs = []
     for m in manifests:
         obj, created = await kube.create(m)
