@@ -55,8 +55,9 @@ async def test_plan_only_then_launch(tmp_path: Path) -> None:
         # kubectl shows the printer columns
         table = (await cluster.kubectl("get", "trainingplans")).stdout
         assert "Planned" in table and "True" in table
-        # launch: one Indexed Job + headless Service per island
-        await apply(cluster, variant(PLAN, launch=True))
+        # launch: the torchft lighthouse, then one Indexed Job + headless Service per island
+        # (one pool: torchtitan-FT needs equal local batches, which the two pools' plan lacks)
+        await apply(cluster, variant(PLAN, launch=True, pools=[{"name": "cluster-a"}]))
         status = await status_of(
             cluster,
             "trainingplans",
@@ -66,9 +67,13 @@ async def test_plan_only_then_launch(tmp_path: Path) -> None:
         )
         jobs = cluster.list("jobs", "default")
         assert sorted(j["metadata"]["name"] for j in jobs) == sorted(status["jobs"])
-        assert len(jobs) == status["islandCount"] and len(
-            cluster.list("services", "default")
-        ) == len(jobs)
+        assert (
+            len(jobs) == status["islandCount"]
+            and len(cluster.list("services", "default")) == len(jobs) + 1
+        )
+        assert [d["metadata"]["name"] for d in cluster.list("deployments", "default")] == [
+            "llama-8b-case-study-lighthouse"
+        ]
         islands = {i["name"]: i for i in status["islands"]}
         for job in jobs:
             island = islands[job["metadata"]["name"]]

@@ -18,7 +18,6 @@ from shardmeter_operator.manifests import (
     dns_name,
     island_manifests,
     owner_reference,
-    torchtitan_args,
     validate_template,
 )
 from shardmeter_operator.planning import plan_request, plan_status
@@ -106,18 +105,6 @@ def test_island_jobs_rewrite_the_template_without_mutating_it() -> None:
         and out[1]["metadata"]["name"] == job["metadata"]["name"]
     )
     assert all(m["metadata"]["ownerReferences"] == [OWNER] for m in out)
-
-
-def test_torchtitan_args_carry_the_streaming_settings() -> None:
-    args = torchtitan_args(2, 5, 100, 4, 3)
-    for flag in (
-        "--fault_tolerance.replica_id=2",
-        "--fault_tolerance.group_size=5",
-        "--fault_tolerance.sync_steps=100",
-        "--fault_tolerance.num_fragments=4",
-        "--fault_tolerance.fragment_sync_delay=3",
-    ):
-        assert flag in args
 
 
 @pytest.mark.parametrize(

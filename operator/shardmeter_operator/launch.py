@@ -19,6 +19,8 @@ from shardmeter_operator.manifests import (
 )
 from shardmeter_operator.resources import GPUPoolSpec, TrainingPlanSpec
 from shardmeter_operator.runtime_torchtitan import (
+    MANAGER_PORT,
+    TorchtitanRun,
     apply_to_island_job,
     check_expressible,
     dns_searches,
@@ -43,9 +45,24 @@ def render_launch(
 ) -> list[Manifest]:
     """The manifests to create, lighthouse first. Raises SpecError (naming the field) when
     the template or the chosen plan cannot run as planned on torchtitan + torchft."""
-    owner = owner_reference("TrainingPlan", name, uid)
     run = torchtitan_run(spec, status)
     check_expressible(run, spec)
+    return render_manifests(name, namespace, uid, spec, status, pools, run, bench_image=bench_image)
+
+
+def render_manifests(
+    name: str,
+    namespace: str,
+    uid: str,
+    spec: TrainingPlanSpec,
+    status: Mapping[str, Any],
+    pools: Mapping[str, GPUPoolSpec],
+    run: TorchtitanRun,
+    *,
+    bench_image: str,
+) -> list[Manifest]:
+    """The manifests of ``run`` without ``check_expressible`` (``render_launch`` checks)."""
+    owner = owner_reference("TrainingPlan", name, uid)
     searches = dns_searches(run, namespace)
     domain = spec.fault_tolerance.cluster_domain
     cluster = [f"{namespace}.svc.{domain}", f"svc.{domain}", domain]  # the kubelet's own
@@ -78,6 +95,8 @@ def render_launch(
     )
     lighthouse = lighthouse_address(name, namespace)
     for m in islands:
+        if m["kind"] == "Service" and run.diloco is not None:  # what the pods serve, named
+            m["spec"]["ports"].append({"name": "torchft-manager", "port": MANAGER_PORT})
         if m["kind"] == "Job":
             index = int(m["metadata"]["labels"][ISLAND_LABEL])
             apply_to_island_job(

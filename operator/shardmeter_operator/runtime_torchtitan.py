@@ -40,6 +40,7 @@ from shardmeter_operator.resources import (
     DiLoCoSettings,
     FaultToleranceSpec,
     IslandStatus,
+    Predictions,
     TrainingPlanSpec,
 )
 
@@ -47,6 +48,10 @@ ARGS_ENV = "SHARDMETER_TORCHTITAN_ARGS"
 """The rendered flags, space-separated, for templates that run a shell script."""
 MANAGER_PORT = 29512
 """``TORCHFT_MANAGER_PORT``: where each island's torchft manager listens (rank 0)."""
+MIN_COLLECTIVE_TIMEOUT_S = 60
+"""torchft's own default for its collectives and RPCs (``Manager(timeout=60 s)``)."""
+COLLECTIVE_TIMEOUT_MARGIN = 4.0
+"""Timeout / the outer all_reduce's predicted window."""
 SHELLS = {"sh", "bash", "dash", "ash", "zsh"}
 
 # Flags the operator sets from the plan; a template that sets one is refused.
@@ -65,6 +70,7 @@ OWNED_FLAGS = frozenset(
                 "num_fragments",
                 "fragment_sync_delay",
                 "module_fqns_per_model_fragment",
+                "process_group_timeout_ms",
             )
         ),
         *(
@@ -110,6 +116,9 @@ class TorchtitanRun:
     diloco: DiLoCoSettings | None
     """None for FSDP (one island, no torchft)."""
     fault_tolerance: FaultToleranceSpec
+    collective_timeout_s: int
+    """For torchft's cross-island process group and manager: a margin over the window the
+    plan gives a fragment's all_reduce (τ inner steps plus any predicted blocking)."""
 
     @property
     def min_replicas(self) -> int:
@@ -138,6 +147,11 @@ def torchtitan_run(spec: TrainingPlanSpec, status: Mapping[str, Any]) -> Torchti
             f"is {training.master_param_bytes}; torchtitan keeps parameters in float32 (4) or "
             "bfloat16 (2) (--training.dtype)",
         )
+    predictions = Predictions.model_validate(status.get("predictions") or {})
+    window_s = predictions.outer_step_blocking_seconds
+    if diloco is not None:
+        window_s += diloco.fragment_sync_delay * predictions.step_seconds
+    timeout_s = max(MIN_COLLECTIVE_TIMEOUT_S, math.ceil(COLLECTIVE_TIMEOUT_MARGIN * window_s))
     batch_tokens = sum(i.local_batch_tokens for i in islands)
     steps = math.ceil(training.total_tokens / batch_tokens)
     if diloco is not None:
@@ -151,6 +165,7 @@ def torchtitan_run(spec: TrainingPlanSpec, status: Mapping[str, Any]) -> Torchti
         param_dtype=_PARAM_DTYPE[training.precision],
         diloco=diloco,
         fault_tolerance=spec.fault_tolerance,
+        collective_timeout_s=timeout_s,
     )
 
 
@@ -210,6 +225,7 @@ def island_flags(run: TorchtitanRun, index: int) -> list[str]:
             f"--fault_tolerance.group_size={replicas}",
             f"--fault_tolerance.min_replica_size={run.min_replicas}",
             f"--fault_tolerance.process_group={run.fault_tolerance.process_group}",
+            f"--fault_tolerance.process_group_timeout_ms={run.collective_timeout_s * 1000}",
             "--fault_tolerance.semi_sync_method=diloco",
             f"--fault_tolerance.sync_steps={d.sync_every}",
             f"--fault_tolerance.num_fragments={d.fragments}",
@@ -243,6 +259,7 @@ def island_env(
                 "name": "TORCHFT_QUORUM_TIMEOUT_SEC",
                 "value": str(run.fault_tolerance.quorum_timeout_s),
             },
+            {"name": "TORCHFT_TIMEOUT_SEC", "value": str(run.collective_timeout_s)},
             {"name": "JOB_ID", "value": job_id},
         ]
     return env
