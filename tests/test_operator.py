@@ -104,7 +104,10 @@ async def test_plan_only_then_launch(tmp_path: Path) -> None:
             assert job["metadata"]["ownerReferences"][0]["uid"] == owner["metadata"]["uid"]
         created = cluster.count("POST", "jobs")
         await apply(
-            cluster, variant(PLAN, launch=True, objective={"kind": "min-cost"})
+            cluster,
+            variant(
+                PLAN, launch=True, pools=[{"name": "cluster-a"}], objective={"kind": "min-cost"}
+            ),
         )  # a spec change
         await status_of(
             cluster,

@@ -1,0 +1,128 @@
+"""The case study's island Jobs, rendered by the operator, parsed by torchtitan 0.3.0's own
+``ConfigManager`` (``torchtitan.config.ConfigManager.parse_args``, i.e. tyro over the config
+that ``--module``/``--config`` select): every flag must be accepted, and what torchtitan makes
+of them must be the plan."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from launch_local.kubelet import local_pods, trainer_argv
+from shardmeter.errors import SpecError
+from shardmeter_operator.launch import render_launch, render_manifests
+from shardmeter_operator.planning import plan_request, plan_status
+from shardmeter_operator.resources import GPUPoolSpec, TrainingPlanSpec
+from shardmeter_operator.runtime_torchtitan import torchtitan_run
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+REPO = Path(__file__).resolve().parents[1]
+EX = REPO / "examples"
+POOLS = {
+    n: GPUPoolSpec.model_validate(yaml.safe_load((EX / f"gpupool-{n}.yaml").read_text())["spec"])
+    for n in ("cluster-a", "cluster-b")
+}
+SPEC = yaml.safe_load((EX / "trainingplan.yaml").read_text())["spec"]
+
+
+@cache
+def case_study(*pools: str) -> tuple[TrainingPlanSpec, dict[str, Any]]:
+    spec = TrainingPlanSpec.model_validate(
+        {**SPEC, "pools": [{"name": p} for p in pools], "launch": True}
+    )
+    request = plan_request(spec, {p: POOLS[p] for p in pools})
+    return spec, plan_status("case", request, dict.fromkeys(pools), {}).status
+
+
+def parse(argvs: list[list[str]]) -> list[dict[str, Any]]:
+    result = subprocess.run(
+        [sys.executable, "-m", "launch_local.parse_args"],
+        input=json.dumps(argvs),
+        capture_output=True,
+        text=True,
+        cwd=REPO / "tests",
+        timeout=200,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return list(json.loads(result.stdout.splitlines()[-1]))
+
+
+def island_argvs(manifests: list[dict[str, Any]]) -> list[list[str]]:
+    pods, _ = local_pods(manifests, "default")
+    return [trainer_argv(p.argv) for p in pods if "-island-" in p.name]
+
+
+def check_island(
+    parsed: dict[str, Any], i: int, spec: TrainingPlanSpec, st: dict[str, Any]
+) -> None:
+    assert "exit" not in parsed, parsed.get("output")
+    isl, d, n = st["islands"][i], st["streamingDiLoCo"], len(st["islands"])
+    assert parsed["config"] == "FaultTolerantTrainer.Config"
+    assert parsed["model_spec"] == "FaultTolerantModelSpec" and parsed["flavor"] == "8B"
+    assert parsed["fragment_fn"] == "fragment_llm"
+    assert parsed["optimizer"] == "TorchFTOptimizersContainer.Config"
+    assert parsed["checkpoint"] == "TorchFTCheckpointManager.Config"
+    ft = parsed["fault_tolerance"]
+    assert ft["enable"] and ft["semi_sync_method"] == "diloco" and ft["process_group"] == "nccl"
+    assert (ft["replica_id"], ft["group_size"], ft["min_replica_size"]) == (i, n, n)
+    assert (ft["sync_steps"], ft["num_fragments"], ft["fragment_sync_delay"]) == (
+        d["syncEvery"],
+        d["fragments"],
+        d["fragmentSyncDelay"],
+    )
+    assert ft["process_group_timeout_ms"] >= 60_000
+    t = parsed["training"]
+    dp = isl["nodes"] * isl["gpusPerNode"]
+    assert parsed["parallelism"] == {
+        "data_parallel_shard_degree": dp,
+        "data_parallel_replicate_degree": 1,
+    }
+    assert t["local_batch_size"] == isl["microBatch"] and t["seq_len"] == 8192
+    # torchtitan's own arithmetic (experiments/torchft/trainer.py, manager.get_dp_info):
+    # the data-parallel degree under FT is dp × group_size
+    assert t["global_batch_size"] % (t["local_batch_size"] * dp * n) == 0
+    assert t["global_batch_size"] // (t["local_batch_size"] * dp * n) == isl["accumulation"]
+    assert t["local_batch_size"] * dp * isl["accumulation"] * 8192 == isl["localBatchTokens"]
+    batch = sum(x["localBatchTokens"] for x in st["islands"])
+    steps = math.ceil(spec.training.total_tokens / batch)
+    assert t["steps"] >= steps and t["steps"] % d["syncEvery"] == 0
+    assert t["steps"] - steps < d["syncEvery"]
+    assert (t["dtype"], t["mixed_precision_param"]) == ("float32", "bfloat16")
+    assert parsed["activation_checkpoint"] == "FullAC.Config"
+    assert parsed["hf_assets_path"] == "/models/Llama-3.1-8B"  # the template's own flag kept
+
+
+def test_every_case_study_island_parses_as_planned() -> None:
+    # the two pools' plan has islands of two shapes (8×1×8 H200, 2×4×8 A100); the operator
+    # refuses to launch it (unequal local batches), but every island's command line is
+    # rendered and parsed here, and the one-pool plan is rendered as it would be launched
+    spec2, st2 = case_study("cluster-a", "cluster-b")
+    assert len({(i["nodes"], i["microBatch"], i["accumulation"]) for i in st2["islands"]}) == 2
+    with pytest.raises(SpecError, match=r"localBatchTokens"):
+        render_launch("case", "default", "u", spec2, st2, POOLS, bench_image="b")
+    two = render_manifests(
+        "case", "default", "u", spec2, st2, POOLS, torchtitan_run(spec2, st2), bench_image="b"
+    )
+    spec1, st1 = case_study("cluster-a")
+    one = render_launch("case", "default", "u", spec1, st1, POOLS, bench_image="b")
+    argvs2, argvs1 = island_argvs(two), island_argvs(one)
+    # every pod of an island gets the same flags; one per island is enough to parse
+    per_island2 = [
+        argvs2[sum(i["nodes"] for i in st2["islands"][:k])] for k in range(len(st2["islands"]))
+    ]
+    rejected = [*argvs1[0], "--fault_tolerance.no_such_flag=1"]  # the parser really checks
+    parsed = parse([*per_island2, *argvs1, rejected])
+    for k in range(len(st2["islands"])):
+        check_island(parsed[k], k, spec2, st2)
+    for k in range(len(st1["islands"])):
+        check_island(parsed[len(per_island2) + k], k, spec1, st1)
+    assert parsed[-1]["exit"] == 2 and "no_such_flag" in parsed[-1]["output"]
