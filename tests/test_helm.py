@@ -500,7 +500,8 @@ async def _operator_scenario(tmp_path: Path) -> list[dict[str, Any]]:
             "cluster-a",
             lambda s: s.get("benchmarkAttempts") == 1 and s.get("benchmarkPhase") == "Running",
         )
-        await apply(cluster, variant(plan, launch=True))
+        # one pool: torchtitan-FT needs equal local batches (a lighthouse Deployment too)
+        await apply(cluster, variant(plan, launch=True, pools=[{"name": "cluster-a"}]))
         await status_of(
             cluster,
             "trainingplans",

@@ -30,7 +30,7 @@ from torchtitan.experiments.torchft.trainer import FaultTolerantTrainer
 from torchtitan.models.llama3 import config_registry as llama3
 from torchtitan.trainer import Trainer
 
-__all__ = ["fault_tolerant", "llama3_70b_torchft", "llama3_8b_torchft", "llama3_405b_torchft"]
+__all__ = ["fault_tolerant", "llama3_8b_torchft", "llama3_70b_torchft", "llama3_405b_torchft"]
 
 
 def _fields(config: Any) -> dict[str, Any]:
