@@ -28,6 +28,7 @@ from typing import Any
 import pytest
 import yaml
 
+from launch_local import torchtitan_pythonpath
 from launch_local.kubelet import LocalPod, local_pods, run_pods
 from shardmeter_operator.launch import render_launch
 from shardmeter_operator.lighthouse import PORT as LIGHTHOUSE_PORT
@@ -196,7 +197,7 @@ def test_rendered_islands_train_with_streaming_diloco(tmp_path: Path) -> None:
     base_env = {  # what the image provides; the pod's own environment is added on top
         "PATH": f"{bin_dir}:/usr/bin:/bin",
         "HOME": str(tmp_path),
-        "PYTHONPATH": str(REPO / "tests"),
+        "PYTHONPATH": torchtitan_pythonpath(),  # the CPU stand-in and triton
         "OMP_NUM_THREADS": "1",
         "LANG": "C.UTF-8",
     }

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
 from functools import cache
@@ -16,6 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
+from launch_local import torchtitan_pythonpath
 from launch_local.kubelet import local_pods, trainer_argv
 from shardmeter.errors import SpecError
 from shardmeter_operator.launch import render_launch, render_manifests
@@ -49,6 +51,7 @@ def parse(argvs: list[list[str]]) -> list[dict[str, Any]]:
         capture_output=True,
         text=True,
         cwd=REPO / "tests",
+        env={**os.environ, "PYTHONPATH": torchtitan_pythonpath()},
         timeout=200,
         check=False,
     )
