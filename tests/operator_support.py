@@ -43,6 +43,8 @@ async def operator_cluster(tmp_path: Path, **config: Any) -> AsyncIterator[Emula
         )
         async with embedded_operator(build_registry(cfg), memo=kopf.Memo(config=cfg, kube=None)):
             yield cluster
+        # what a real API server would have dropped silently (a status field the CRD lacks)
+        assert cluster.emulator.warnings == [], cluster.emulator.warnings
 
 
 async def apply(cluster: EmulatedCluster, *docs: dict[str, Any]) -> None:

@@ -5,8 +5,27 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import MutableMapping
+from typing import Any
 
 import structlog
+
+MAX_EVENT_CHARS = 240
+
+
+def compact(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+    """One short line per event: kopf's per-object loggers attach the whole operator settings
+    (``settings``, ≈2 KB) and an object reference; keep only ``obj=Kind namespace/name``."""
+    for key in ("settings", "k8s_skip", "taskName"):
+        event.pop(key, None)
+    ref = event.pop("k8s_ref", None)
+    if isinstance(ref, dict):
+        where = "/".join(str(p) for p in (ref.get("namespace"), ref.get("name")) if p)
+        event.setdefault("obj", f"{ref.get('kind', '')} {where}".strip())
+    text = event.get("event")
+    if isinstance(text, str) and len(text) > MAX_EVENT_CHARS:
+        event["event"] = text[: MAX_EVENT_CHARS - 1] + "…"
+    return event
 
 
 def configure(level: str = "INFO", json_logs: bool | None = None) -> None:
@@ -29,7 +48,7 @@ def configure(level: str = "INFO", json_logs: bool | None = None) -> None:
     handler.setFormatter(
         structlog.stdlib.ProcessorFormatter(
             processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
-            foreign_pre_chain=[*shared, structlog.stdlib.ExtraAdder()],
+            foreign_pre_chain=[*shared, structlog.stdlib.ExtraAdder(), compact],
         )
     )
     root = logging.getLogger()
