@@ -10,8 +10,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import ValidationError
+
 from shardmeter.cost.coefficients import CoefficientsDocument
-from shardmeter.errors import SpecError
+from shardmeter.errors import SpecError, spec_error_from_validation
 from shardmeter.plan.fixed import FixedGroup, evaluate_fixed
 from shardmeter.plan.result import build_result
 from shardmeter.plan.schema import PlanPool, PlanSpec
@@ -67,9 +69,12 @@ def plan_request(
             by_alias=False,
             include=set(PlanPool.model_fields) - {"name", "coefficients", "max_nodes"},
         )
-        plan_pools.append(
-            PlanPool.model_validate({**hardware, "name": ref.name, "max_nodes": ref.max_nodes})
-        )
+        try:
+            plan_pools.append(
+                PlanPool.model_validate({**hardware, "name": ref.name, "max_nodes": ref.max_nodes})
+            )
+        except ValidationError as exc:
+            raise spec_error_from_validation(exc, f"spec.pools[{i}]") from exc
     base = spec.model_dump(
         by_alias=False, include={"model", "training", "strategy", "constraints", "objective"}
     )

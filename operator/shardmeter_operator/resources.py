@@ -132,7 +132,7 @@ class GPUPoolStatus(_Status):
 class PoolRef(SpecModel):
     """A GPUPool the plan may use."""
 
-    name: str = Field(min_length=1, max_length=253)
+    name: str = Field(min_length=1, max_length=63)
     max_nodes: int | None = Field(default=None, ge=0)
     """Use at most this many of the pool's nodes."""
 

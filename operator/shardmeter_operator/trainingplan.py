@@ -187,7 +187,7 @@ async def reconcile_plan(body: Mapping[str, Any], ctx: PlanContext) -> PlanResul
     except SpecError as exc:
         ok = None
         reason = reason_for(exc)
-        if get_condition(before.conditions, Type.VALID) != _same(before, Type.VALID, reason, exc):
+        if _same(before, Type.VALID, reason, exc) is None:  # an Event once per new problem
             out.events.append(("Warning", reason, str(exc)))
         st.conditions = set_condition(
             st.conditions, Type.VALID, False, reason, str(exc), generation
@@ -575,6 +575,7 @@ async def _create(
         launched = get_condition(st.conditions, Type.LAUNCHED)
         if launched is None or launched.reason != Reason.NAME_CONFLICT:
             out.events.append(("Warning", Reason.NAME_CONFLICT, message))
+        out.requeue_s = ctx.cfg.recheck_interval_s  # resumes once the name is free
         st.conditions = set_condition(
             st.conditions, Type.LAUNCHED, False, Reason.NAME_CONFLICT, message, generation
         )

@@ -204,6 +204,14 @@ class EmulatedCluster:
     def set_job_succeeded(self, namespace: str, name: str) -> Body:
         return self.emulator.set_job_succeeded(namespace, name)
 
+    def set_job_running(self, namespace: str, name: str) -> Body:
+        return self.emulator.set_job_running(namespace, name)
+
+    def reject_job_pods(self, namespace: str, name: str, message: str | None = None) -> Body:
+        if message is None:
+            return self.emulator.reject_job_pods(namespace, name)
+        return self.emulator.reject_job_pods(namespace, name, message)
+
     def set_job_failed(
         self,
         namespace: str,
