@@ -18,7 +18,9 @@ its namespace) hang once the operator is uninstalled. Instead:
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import random
+import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
@@ -75,8 +77,17 @@ class Controller:
         self._timers: dict[Key, asyncio.TimerHandle] = {}
         self._failures: dict[Key, int] = {}
         self.running: dict[Key, float] = {}
+        self._stop = threading.Event()
+        self.context = contextvars.copy_context()
+        """kopf's context (Events are posted through it), for work that starts outside kopf's
+        handlers: requeues and the ConfigMap watch. Refreshed by every handler call."""
+        self._watcher: asyncio.Future[None] | None = None
 
     # ---- what the watches tell us -----------------------------------------------------------
+    def in_handler(self) -> None:
+        """Called by every kopf handler: remember kopf's context for later work."""
+        self.context = contextvars.copy_context()
+
     def observe_pool(self, body: Mapping[str, Any], deleted: bool = False) -> None:
         name = str(body["metadata"]["name"])
         if deleted:
@@ -175,7 +186,9 @@ class Controller:
             return
         if current is not None:
             current.cancel()
-        self._timers[key] = loop.call_at(due, lambda: asyncio.ensure_future(self._requeued(key)))
+        self._timers[key] = loop.call_at(
+            due, lambda: asyncio.ensure_future(self._requeued(key)), context=self.context
+        )
 
     async def _requeued(self, key: Key) -> None:
         self._timers.pop(key, None)
@@ -186,10 +199,43 @@ class Controller:
         else:
             await self.pool(key[2])
 
+    def watch_coefficients(self) -> None:
+        """Follow edits of the coefficients ConfigMaps (a namespaced watch in a thread): the
+        pool's status, and with it every plan that uses the pool, follows."""
+        from shardmeter_operator.manifests import COMPONENT_LABEL, POOL_ANNOTATION
+
+        loop = asyncio.get_running_loop()
+
+        def on_event(type_: str, obj: dict[str, Any]) -> None:
+            pool = ((obj.get("metadata") or {}).get("annotations") or {}).get(POOL_ANNOTATION)
+            if pool and type_ in ("ADDED", "MODIFIED") and pool in self.pools:
+                key: Key = ("pool", "", pool)
+                loop.call_soon_threadsafe(
+                    lambda: asyncio.ensure_future(self._requeued(key)), context=self.context
+                )
+
+        self._stop.clear()
+        self._watcher = asyncio.ensure_future(
+            asyncio.to_thread(
+                self.kube.watch_configmaps,
+                self.cfg.namespace,
+                f"{COMPONENT_LABEL}=coefficients",
+                on_event,
+                self._stop,
+            )
+        )
+
     def stop(self) -> None:
+        self._stop.set()
         for timer in self._timers.values():
             timer.cancel()
         self._timers.clear()
+
+    async def close(self) -> None:
+        self.stop()
+        self.kube.stop_watches()
+        if self._watcher is not None:
+            await asyncio.wait({self._watcher}, timeout=5)
 
     async def _reconcile_plan(self, key: Key) -> float | None:
         _, namespace, name = key

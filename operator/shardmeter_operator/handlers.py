@@ -1,9 +1,10 @@
 """kopf wiring, thin: watch events go to the :class:`~shardmeter_operator.controller.Controller`.
 
-Only ``on.event`` handlers and indexes-free watches: no timers, daemons or mandatory delete
+Only ``on.event`` handlers: no timers, daemons or mandatory delete
 handlers, so kopf never puts a finalizer on a GPUPool or TrainingPlan (deleting one — or its
 namespace — never waits for the operator). Server-side selectors keep the watches of Jobs,
-ConfigMaps and Events to the operator's own objects."""
+and Events to the operator's own; the coefficients ConfigMaps are watched in the operator's
+namespace only (``Controller.watch_coefficients``)."""
 
 from __future__ import annotations
 
@@ -39,7 +40,6 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
         settings.watching.server_timeout = 300
         settings.networking.request_timeout = 60
         settings.watching.label_selectors["batch", "v1", "jobs"] = OURS
-        settings.watching.label_selectors["v1", "configmaps"] = f"{COMPONENT_LABEL}=coefficients"
         settings.watching.field_selectors["v1", "events"] = FAILED_CREATE
         if getattr(memo, "kube", None) is None:
             memo.kube = Kube(load_configuration(memo.config.kubeconfig))
@@ -51,12 +51,13 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
         memo.controller = Controller(
             memo.config, memo.kube, peering=peering, priority=settings.peering.priority
         )
+        memo.controller.watch_coefficients()
 
     @kopf.on.cleanup(registry=registry)
     async def cleanup(memo: kopf.Memo, **_: Any) -> None:
         controller = getattr(memo, "controller", None)
         if controller is not None:
-            controller.stop()
+            await controller.close()
         kube = getattr(memo, "kube", None)
         if kube is not None:
             kube.close()
@@ -75,6 +76,7 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
         type: str | None, body: kopf.Body, name: str, memo: kopf.Memo, **_: Any
     ) -> None:
         ctl: Controller = memo.controller
+        ctl.in_handler()
         if type == "DELETED":
             ctl.observe_pool(body, deleted=True)
             metrics.forget_pool(name)
@@ -96,6 +98,7 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
         **_: Any,
     ) -> None:
         ctl: Controller = memo.controller
+        ctl.in_handler()
         if type == "DELETED":
             ctl.observe_plan(body, deleted=True)
             metrics.forget_plan(namespace or "", name)
@@ -114,22 +117,16 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
         **_: Any,
     ) -> None:
         ctl: Controller = memo.controller
+        ctl.in_handler()
         if labels.get(COMPONENT_LABEL) == "bench" and POOL_ANNOTATION in annotations:
             await ctl.pool(annotations[POOL_ANNOTATION])
         elif (key := ctl.plan_uids.get(labels.get(PLAN_UID_LABEL, ""))) is not None:
             await ctl.plan(*key)
 
-    @kopf.on.event("v1", "configmaps", registry=registry, id="coefficients")
-    async def configmap_event(
-        namespace: str | None, annotations: kopf.Annotations, memo: kopf.Memo, **_: Any
-    ) -> None:
-        ctl: Controller = memo.controller
-        if namespace == ctl.cfg.namespace and POOL_ANNOTATION in annotations:
-            await ctl.pool(annotations[POOL_ANNOTATION])  # an edit: the pool status follows
-
     @kopf.on.event("v1", "events", registry=registry, id="failed-create")
     async def event_event(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
         ctl: Controller = memo.controller
+        ctl.in_handler()
         involved = body.get("involvedObject") or {}
         uid = str(involved.get("uid") or "")
         if type == "DELETED" or not uid:

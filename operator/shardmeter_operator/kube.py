@@ -5,12 +5,16 @@ worker thread (never on the event loop). Creates treat 409 as "already there", d
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import kopf
 import kubernetes
+import kubernetes.watch
 from kubernetes.client.exceptions import ApiException
 
 Manifest = dict[str, Any]
@@ -67,6 +71,7 @@ class Kube:
 
     def __init__(self, cfg: kubernetes.client.Configuration) -> None:
         self.client = kubernetes.client.ApiClient(cfg)
+        self._responses: set[Any] = set()
 
     def _api(self, manifest_or_key: Manifest | tuple[str, str]) -> tuple[Any, _Kind]:
         key = (
@@ -221,6 +226,53 @@ class Kube:
         except ApiException as exc:
             if exc.status != 409:
                 raise _temporary(exc, f"create clusterkopfpeering {name}") from exc
+
+    def watch_configmaps(
+        self,
+        namespace: str,
+        label_selector: str,
+        on_event: Callable[[str, Manifest], None],
+        stop: threading.Event,
+    ) -> None:
+        """Blocking (run it in a thread): watch ConfigMaps in one namespace — a namespaced
+        watch, so the operator needs no cluster-wide permission on ConfigMaps — and call
+        ``on_event(type, object)`` for each change until ``stop`` is set (``stop_watches``
+        interrupts a blocked read). Reconnects after errors and when the server ends."""
+        api = kubernetes.client.CoreV1Api(self.client)
+        version = ""
+        while not stop.is_set():
+            try:
+                response = api.list_namespaced_config_map(
+                    namespace,
+                    label_selector=label_selector,
+                    watch=True,
+                    resource_version=version or None,
+                    timeout_seconds=300,
+                    _preload_content=False,
+                    _request_timeout=330,
+                )
+                self._responses.add(response)
+                try:
+                    for line in response:
+                        if stop.is_set():
+                            break
+                        event = json.loads(line)
+                        obj = event.get("object") or {}
+                        if event.get("type") == "ERROR":
+                            version = ""  # e.g. 410 Gone: start over with a fresh list
+                            break
+                        version = str((obj.get("metadata") or {}).get("resourceVersion") or "")
+                        on_event(str(event.get("type")), obj)
+                finally:
+                    self._responses.discard(response)
+                    response.release_conn()
+            except Exception:  # the API server restarted, a network blip…
+                stop.wait(2.0)
+
+    def stop_watches(self) -> None:
+        """Interrupt the blocked reads of :meth:`watch_configmaps` (from another thread)."""
+        for response in list(self._responses):
+            response.shutdown()
 
     def close(self) -> None:
         self.client.close()
