@@ -28,6 +28,19 @@ def compact(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[
     return event
 
 
+class QuietHandlers(logging.Filter):
+    """kopf logs "Handler 'x' succeeded." at INFO for every watch event it delivers (every
+    Job status change, every status patch): demote those to DEBUG. The operator logs one line
+    per reconcile that changed something instead."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno == logging.INFO and record.name.startswith("kopf"):
+            message = record.getMessage()
+            if message.startswith("Handler ") and message.endswith(" succeeded."):
+                return logging.getLogger().isEnabledFor(logging.DEBUG)
+        return True
+
+
 def configure(level: str = "INFO", json_logs: bool | None = None) -> None:
     json_logs = not sys.stderr.isatty() if json_logs is None else json_logs
     shared: list[structlog.types.Processor] = [
@@ -45,6 +58,7 @@ def configure(level: str = "INFO", json_logs: bool | None = None) -> None:
         cache_logger_on_first_use=True,
     )
     handler = logging.StreamHandler(sys.stderr)
+    handler.addFilter(QuietHandlers())
     handler.setFormatter(
         structlog.stdlib.ProcessorFormatter(
             processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
@@ -54,3 +68,5 @@ def configure(level: str = "INFO", json_logs: bool | None = None) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+    # one access-log line per kubelet probe of kopf's /healthz: only at DEBUG
+    logging.getLogger("aiohttp.access").setLevel(max(root.level, logging.WARNING))
