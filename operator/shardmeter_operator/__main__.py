@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import kopf
 
-from shardmeter_operator import log, metrics
+from shardmeter_operator import log, memory, metrics
 from shardmeter_operator.config import OperatorConfig
 from shardmeter_operator.controller import random_priority
 from shardmeter_operator.handlers import build_registry
@@ -72,6 +72,7 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse(argv)
+    memory.limit_arenas()
     log.configure(args.log_level, args.log_json)
     config = OperatorConfig.from_env(
         namespace=args.operator_namespace,

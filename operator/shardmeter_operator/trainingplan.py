@@ -9,18 +9,19 @@ It is level-triggered: running it twice changes nothing the second time."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import json
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
 from shardmeter.cost.coefficients import CoefficientsDocument, Source
 from shardmeter.errors import InfeasibleError, SpecError, spec_error_from_validation
 from shardmeter.plan.schema import PlanSpec
-from shardmeter_operator import metrics
+from shardmeter_operator import memory, metrics
 from shardmeter_operator.children import CHILD_KINDS, ensure_children, list_children
 from shardmeter_operator.conditions import Reason, Type, get_condition, set_condition
 from shardmeter_operator.config import OperatorConfig
@@ -60,6 +61,7 @@ from shardmeter_operator.resources import (
     TrainingPlanStatus,
 )
 
+T = TypeVar("T")
 Event = tuple[str, str, str]
 """(type "Normal" | "Warning", reason, message)."""
 
@@ -128,6 +130,23 @@ def needs_work(body: Mapping[str, Any], pools: Mapping[str, PoolView]) -> bool:
     return any(used.get(n) != rev for n, rev in pool_revisions(names, pools).items())
 
 
+# ---- planning runs in its own worker threads ----------------------------------------------------
+PLANNING_WORKERS = 1
+"""Searches are CPU-bound (the GIL serialises most of them): two workers keep the cores busy
+without queueing the API calls (which use asyncio's default pool) behind a burst of plans."""
+_planning = concurrent.futures.ThreadPoolExecutor(PLANNING_WORKERS, thread_name_prefix="plan")
+
+
+async def search_in_worker(fn: Callable[..., T], *args: Any) -> T:
+    def run() -> T:
+        try:
+            return fn(*args)
+        finally:
+            memory.trim()
+
+    return await asyncio.get_running_loop().run_in_executor(_planning, run)
+
+
 # ---- validation -------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Validated:
@@ -178,7 +197,10 @@ async def reconcile_plan(body: Mapping[str, Any], ctx: PlanContext) -> PlanResul
     before = TrainingPlanStatus.model_validate(body.get("status") or {})
     st = before.model_copy(deep=True, update={"observed_generation": generation})
     out = PlanResult(st)
-    children = await list_children(ctx.kube, namespace, uid)
+    # Children exist only after a launch decision was recorded (or when a status was lost):
+    # a plan that never launched and is not asked to needs no listing.
+    listed = before.launch is not None or bool(spec_raw.get("launch"))
+    children = await list_children(ctx.kube, namespace, uid) if listed else []
     try:
         ok: Validated | None = validate(spec_raw, ctx.pools)
         st.conditions = set_condition(
@@ -307,7 +329,7 @@ async def _search(
     st = out.status
     started = time.perf_counter()
     try:
-        outcome = await asyncio.to_thread(plan_outcome, name, ok.request, docs)
+        outcome = await search_in_worker(plan_outcome, name, ok.request, docs)
     except (InfeasibleError, SpecError) as exc:
         metrics.plan_search_seconds.observe(time.perf_counter() - started)
         metrics.set_infeasible(namespace, name)
@@ -509,7 +531,7 @@ async def _reevaluate(
 ) -> None:
     st = out.status
     docs = await _coefficients(ok, ctx, out, generation)
-    ev = await asyncio.to_thread(
+    ev = await search_in_worker(
         reevaluate, ok.request, docs, st.islands, st.streaming_di_lo_co, st.predictions
     )
     st.predictions = ev.predictions
