@@ -49,7 +49,7 @@ async def operator_cluster(tmp_path: Path, **config: Any) -> AsyncIterator[Emula
 
 async def apply(cluster: EmulatedCluster, *docs: dict[str, Any]) -> None:
     text = "---\n".join(yaml.safe_dump(d) for d in docs)
-    await cluster.kubectl("apply", "--validate=false", "-f", "-", input=text)
+    await cluster.kubectl("apply", "-f", "-", input=text)  # strict validation, as by default
 
 
 async def status_of(

@@ -717,9 +717,7 @@ async def test_rendered_manifests_apply_to_the_emulated_api_server(tmp_path: Pat
         _crd("monitoring.coreos.com", "PrometheusRule", "prometheusrules"),
     ]
     async with running_emulator(tmp_path=tmp_path) as cluster:  # no CRDs: the chart brings them
-        await cluster.kubectl(
-            "apply", "--validate=false", "-f", "-", input=yaml.safe_dump_all(prerequisites)
-        )
+        await cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(prerequisites))
         result = await cluster.kubectl("apply", "-f", str(manifests))  # strict validation
         assert len(result.stdout.strip().splitlines()) == len(docs), result.stdout
         for doc in docs:
@@ -731,7 +729,6 @@ async def test_rendered_manifests_apply_to_the_emulated_api_server(tmp_path: Pat
         examples = REPO / "examples"
         await cluster.kubectl(
             "apply",
-            "--validate=false",
             "-f",
             str(examples / "gpupool-cluster-a.yaml"),
             "-f",
@@ -739,6 +736,7 @@ async def test_rendered_manifests_apply_to_the_emulated_api_server(tmp_path: Pat
         )
         table = (await cluster.kubectl("get", "gpupools,trainingplans", "-A")).stdout
         assert "cluster-a" in table and "llama-8b-case-study" in table
+
         # and a second apply (an upgrade without changes) changes nothing. (kubectl may still
         # send a no-op patch for fields whose patch strategy it cannot look up here — the
         # emulator serves no OpenAPI component schemas — so compare what is stored.)

@@ -134,8 +134,9 @@ async def test_benchmark_adoption_reevaluates_launched_plan(tmp_path: Path) -> N
         ]
         assert len(series) == 1
         _, _, sync_every, fragments, delay = series[0]
-        assert f"fragments {fragments}, fragmentSyncDelay {delay} at syncEvery {sync_every}" in (
-            blocking["message"]
+        assert (
+            f"fragments {fragments}, fragmentSyncDelay {delay} at syncEvery {sync_every}"
+            in (blocking["message"])
         )
         assert (int(sync_every), int(fragments), int(delay)) != (
             in_use["syncEvery"],

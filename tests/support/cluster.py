@@ -3,7 +3,7 @@
 In-process (same event loop as the test, e.g. with an embedded kopf operator)::
 
     async with running_emulator(crds_dir=REPO / 'crds') as cluster:
-        await cluster.kubectl('apply', '--validate=false', '-f', str(manifest))
+        await cluster.kubectl('apply', '-f', str(manifest))
         obj = await cluster.wait_for(lambda: cluster.get('widgets', 'default', 'w1'))
 
 Black-box (the API server as a subprocess, e.g. for an operator started as a subprocess too)::
@@ -16,9 +16,9 @@ the innermost :func:`running_emulator` (or ``$SHARDMETER_TEST_KUBECONFIG``, or `
 at call time — unlike the ``kubernetes`` client, which caches ``$KUBECONFIG`` at import.
 :func:`embedded_operator` runs ``kopf.operator()`` in the test's loop (standalone, with flags).
 
-kubectl notes: always pass ``--validate=false`` to ``apply`` (there is no OpenAPI); typed
+kubectl notes: ``apply`` validates strictly (the emulator serves ``/openapi/v3``); typed
 ``kubectl create configmap/job/…`` sends protobuf, which is not emulated — use
-``kubectl create … --dry-run=client -o yaml | kubectl apply --validate=false -f -`` instead.
+``kubectl create … --dry-run=client -o yaml | kubectl apply -f -`` instead.
 """
 
 from __future__ import annotations

@@ -67,7 +67,7 @@ class KubeEmulator(
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
-        self.fallback[re.compile(r"/openapi/.*")] << api_error(  # kubectl needs --validate=false
+        self.fallback[re.compile(r"/openapi/.*")] << api_error(  # /openapi/v2 (v3: openapi.py)
             404, "NotFound", "OpenAPI is not emulated"
         )
         builtins = kmock.ResourcesArray()

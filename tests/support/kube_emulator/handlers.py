@@ -122,7 +122,7 @@ class HttpHandlers:
                 415,
                 "UnsupportedMediaType",
                 "protobuf is not emulated; send JSON (e.g. kubectl create --dry-run=client "
-                "-o yaml | kubectl apply --validate=false -f -)",
+                "-o yaml | kubectl apply -f -)",
             )
         method, dry_run = request.method.value, "dryRun" in params
         validation = params.get("fieldValidation")
