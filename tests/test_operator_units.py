@@ -322,3 +322,20 @@ def test_metrics_series_disappear_with_the_object() -> None:
     )
     metrics.forget_pool("p")
     assert 'gpupool="p"' not in generate_latest(metrics.REGISTRY).decode()
+
+
+def test_only_the_live_peer_with_the_highest_priority_leads() -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from shardmeter_operator.controller import leads
+
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    fresh = (now - timedelta(seconds=5)).isoformat()
+    stale = (now - timedelta(seconds=120)).isoformat()
+    peers = {
+        "a": {"priority": 10, "lastseen": fresh, "lifetime": 60},
+        "b": {"priority": 99, "lastseen": stale, "lifetime": 60},  # dead: ignored
+    }
+    assert leads(10, peers, now) and leads(50, peers, now)
+    assert not leads(5, peers, now)
+    assert not leads(10, {**peers, "b": {**peers["b"], "lastseen": fresh}}, now)

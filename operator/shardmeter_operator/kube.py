@@ -242,7 +242,7 @@ class Kube:
         version = ""
         while not stop.is_set():
             try:
-                response = api.list_namespaced_config_map(
+                response: Any = api.list_namespaced_config_map(
                     namespace,
                     label_selector=label_selector,
                     watch=True,
