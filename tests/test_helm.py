@@ -85,6 +85,7 @@ EXPECTED = {
     ("PodDisruptionBudget", FULLNAME),
 }
 NAMESPACED = {"operator": {"watchNamespaces": ["team-a", "team-b"]}}
+NAMESPACED_DEFAULT = {"operator": {"watchNamespaces": ["default"]}}
 ALL_ON = {"metrics": {"serviceMonitor": {"enabled": True}}, "prometheusRule": {"enabled": True}}
 
 
@@ -534,10 +535,11 @@ def _verb(method: str, name: str | None, params: dict[str, str]) -> str:
     return {"POST": "create", "PUT": "update", "PATCH": "patch"}[method]
 
 
-async def _operator_scenario(tmp_path: Path) -> list[dict[str, Any]]:
+async def _operator_scenario(tmp_path: Path, namespaces: tuple[str, ...]) -> list[dict[str, Any]]:
     """Every code path that calls the API: pools with priors (created and reset), a benchmark
-    (Role, RoleBinding, Service, Job, polls, a failure, a retry), a launched plan (island Jobs
-    and Services), status patches and Events. Returns the operator's requests."""
+    (Role, RoleBinding, Service, Job, a failure, a retry), a launched plan (island Jobs and
+    Services), pods rejected, a relaunch (children listed and deleted), status patches and
+    Events. Returns the operator's requests."""
     from operator_support import apply, manifest, operator_cluster, status_of, variant
 
     pool_a, pool_b, plan = (
@@ -551,7 +553,9 @@ async def _operator_scenario(tmp_path: Path) -> list[dict[str, Any]]:
         "metadata": {"name": "shardmeter-coefficients-cluster-b", "namespace": NAMESPACE},
         "data": {"coefficients.json": "{}"},
     }
-    async with operator_cluster(tmp_path, bench_service_account=BENCH_SA) as cluster:
+    async with operator_cluster(
+        tmp_path, namespaces=namespaces, bench_service_account=BENCH_SA
+    ) as cluster:
         await apply(cluster, broken)  # the operator resets it to priors (a ConfigMap patch)
         await apply(cluster, variant(pool_a, benchmark={"enabled": True, "nodes": 1}), pool_b)
         status = await status_of(
@@ -566,12 +570,21 @@ async def _operator_scenario(tmp_path: Path) -> list[dict[str, Any]]:
             lambda s: s.get("benchmarkAttempts") == 1 and s.get("benchmarkPhase") == "Running",
         )
         await apply(cluster, variant(plan, launch=True))
-        await status_of(
+        launched = await status_of(
             cluster,
             "trainingplans",
             "default",
             plan["metadata"]["name"],
             lambda s: s.get("phase") == "Launched",
+        )
+        cluster.reject_job_pods("default", launched["jobs"][0])
+        await apply(cluster, variant(plan, launch=True, relaunch=1))
+        await status_of(
+            cluster,
+            "trainingplans",
+            "default",
+            plan["metadata"]["name"],
+            lambda s: (s.get("launch") or {}).get("relaunch") == 1 and s.get("phase") == "Launched",
         )
         # quiesce: with the benchmark off, the pool's poll timer stops patching before kopf exits
         await apply(cluster, variant(pool_a, benchmark={"enabled": False}))
@@ -605,32 +618,51 @@ async def _operator_scenario(tmp_path: Path) -> list[dict[str, Any]]:
         return calls
 
 
-@pytest.fixture(scope="module")
-def operator_calls(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
-    calls = asyncio.run(_operator_scenario(tmp_path_factory.mktemp("rbac")))
+MODES = {"all-namespaces": (None, ()), "namespaced": (NAMESPACED_DEFAULT, ("default", NAMESPACE))}
+
+
+@pytest.fixture(scope="module", params=sorted(MODES))
+def operator_calls(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[list[Doc], list[dict[str, Any]]]:
+    """(the chart rendered for the mode, the operator's API calls in that mode)."""
+    values, namespaces = MODES[request.param]
+    calls = asyncio.run(_operator_scenario(tmp_path_factory.mktemp("rbac"), namespaces))
     # A kopf timer that fires while kopf shuts down can open an aiohttp session after kopf
     # closed its sessions (a race in kopf, not in the operator): collect it here, quietly,
     # instead of as an unraisable ResourceWarning in whichever test the GC happens to run.
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ResourceWarning)
         gc.collect()
-    return calls
+    return render(values), calls
+
+
+def _grants(docs: list[Doc]) -> tuple[set[Rule], dict[str, set[Rule]]]:
+    """(ClusterRole rules, namespace → union of its Roles' rules)."""
+    roles: dict[str, set[Rule]] = {}
+    for role in (d for d in docs if d["kind"] == "Role"):
+        roles.setdefault(role["metadata"]["namespace"], set()).update(rules_of(role))
+    return rules_of(one(docs, "ClusterRole")), roles
+
+
+def _denied(docs: list[Doc], calls: list[dict[str, Any]]) -> set[tuple[Rule, str | None]]:
+    cluster, roles = _grants(docs)
+    return {
+        (c["rule"], c["namespace"])
+        for c in calls
+        if c["rule"] not in cluster and c["rule"] not in roles.get(c["namespace"] or "", set())
+    }
 
 
 def test_every_operator_api_call_is_allowed_by_the_chart(
-    operator_calls: list[dict[str, Any]],
+    operator_calls: tuple[list[Doc], list[dict[str, Any]]],
 ) -> None:
-    cluster, namespaced = rules_of(one(DEFAULT, "ClusterRole")), rules_of(one(DEFAULT, "Role"))
-    agents = {c["agent"].split("/")[0] for c in operator_calls}
+    docs, calls = operator_calls
+    agents = {c["agent"].split("/")[0] for c in calls}
     assert {"kopf", "OpenAPI-Generator"} <= agents, agents  # kopf and the Kube facade
-    denied = {
-        (c["rule"], c["namespace"])
-        for c in operator_calls
-        if c["rule"] not in cluster
-        and not (c["namespace"] == NAMESPACE and c["rule"] in namespaced)
-    }
+    denied = _denied(docs, calls)
     assert denied == set(), "\n".join(f"{rule} in {ns}" for rule, ns in sorted(denied, key=str))
-    used = {c["rule"] for c in operator_calls}
+    used = {c["rule"] for c in calls}
     # the scenario reached every kind of object the operator writes
     for rule in [
         ("", "configmaps", "create"),
@@ -640,6 +672,10 @@ def test_every_operator_api_call_is_allowed_by_the_chart(
         ("batch", "jobs", "create"),
         ("batch", "jobs", "get"),
         ("", "services", "create"),
+        ("batch", "jobs", "list"),
+        ("batch", "jobs", "delete"),
+        ("", "services", "delete"),
+        ("", "events", "watch"),
         ("", "events", "create"),
         ("shardmeter.io", "trainingplans/status", "patch"),
         ("shardmeter.io", "gpupools/status", "patch"),
@@ -648,12 +684,12 @@ def test_every_operator_api_call_is_allowed_by_the_chart(
 
 
 def test_block_owner_deletion_is_allowed_by_the_chart(
-    operator_calls: list[dict[str, Any]],
+    operator_calls: tuple[list[Doc], list[dict[str, Any]]],
 ) -> None:
-    cluster, namespaced = rules_of(one(DEFAULT, "ClusterRole")), rules_of(one(DEFAULT, "Role"))
+    docs, calls = operator_calls
     plurals = {"GPUPool": "gpupools", "TrainingPlan": "trainingplans"}
     needed = set()
-    for call in operator_calls:
+    for call in calls:
         if call["rule"][2] != "create" or not isinstance(call["data"], dict):
             continue
         for ref in call["data"].get("metadata", {}).get("ownerReferences", []):
@@ -663,10 +699,11 @@ def test_block_owner_deletion_is_allowed_by_the_chart(
                     ((group, f"{plurals[ref['kind']]}/finalizers", "update"), call["namespace"])
                 )
     assert needed
+    cluster, roles = _grants(docs)
     missing = {
         (rule, ns)
         for rule, ns in needed
-        if rule not in cluster and not (ns == NAMESPACE and rule in namespaced)
+        if rule not in cluster and rule not in roles.get(ns, set())
     }
     assert missing == set(), sorted(missing, key=str)
 
