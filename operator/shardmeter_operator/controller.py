@@ -33,6 +33,7 @@ from shardmeter_operator import metrics
 from shardmeter_operator.config import OperatorConfig
 from shardmeter_operator.gpupool import reconcile_pool
 from shardmeter_operator.kube import Kube
+from shardmeter_operator.plancontext import PlanContext, PoolView, needs_work, referenced_pools
 from shardmeter_operator.resources import (
     GROUP,
     VERSION,
@@ -40,13 +41,7 @@ from shardmeter_operator.resources import (
     GPUPoolStatus,
     TrainingPlanStatus,
 )
-from shardmeter_operator.trainingplan import (
-    PlanContext,
-    PoolView,
-    needs_work,
-    reconcile_plan,
-    referenced_pools,
-)
+from shardmeter_operator.trainingplan import reconcile_plan
 
 log = structlog.get_logger("shardmeter_operator")
 Key = tuple[str, str, str]

@@ -174,7 +174,7 @@ def apply_defaults(value: Any, schema: Mapping[str, Any]) -> None:
 
 def schema_errors(obj: Body, schema: Mapping[str, Any]) -> list[str]:
     """OpenAPI errors then CEL errors, as ``path: message`` lines like the API server's."""
-    validator = _validator(_freeze(schema))
+    validator = _validator_for(schema)
     errors = [
         f"{_path(e.absolute_path)}: Invalid value: {_show(e.instance)}: {e.message}"
         for e in sorted(validator.iter_errors(obj), key=lambda e: list(map(str, e.absolute_path)))
@@ -219,17 +219,18 @@ def _program(rule: str) -> Any:
     return env.program(env.compile(rule))
 
 
-@functools.cache
-def _validator(frozen: str) -> jsonschema.Draft202012Validator:
-    import json
-
-    return jsonschema.Draft202012Validator(to_jsonschema(json.loads(frozen)))
+_VALIDATORS: dict[int, tuple[Mapping[str, Any], jsonschema.Draft202012Validator]] = {}
 
 
-def _freeze(schema: Mapping[str, Any]) -> str:
-    import json
-
-    return json.dumps(schema, sort_keys=True)
+def _validator_for(schema: Mapping[str, Any]) -> jsonschema.Draft202012Validator:
+    """One compiled validator per schema object (the emulator keeps each CRD's schema)."""
+    cached = _VALIDATORS.get(id(schema))
+    if cached is None or cached[0] is not schema:
+        cached = _VALIDATORS[id(schema)] = (
+            schema,
+            jsonschema.Draft202012Validator(to_jsonschema(schema)),
+        )
+    return cached[1]
 
 
 def _path(parts: Any) -> str:
