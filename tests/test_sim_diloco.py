@@ -125,8 +125,9 @@ def test_resolve_settings_from_cost_models_and_wan() -> None:
     cm, cm2 = CostModel(m, training, pool), CostModel(m, training, other)
     link = outer_link([IslandPlacement(cm, 8), IslandPlacement(cm2, 8)])
     assert link.description.startswith("WAN") and link.parallel_rails == 1
+    # one site: every node of the smaller island (1 node of 8 GPUs) drives all its rails
     same_site = outer_link([IslandPlacement(cm, 8), IslandPlacement(cm, 16)])
-    assert same_site.parallel_rails == 8
+    assert same_site.parallel_rails == 1.0
     strategy = StrategySpec(kind="streaming-diloco")
     choice = resolve_settings(m, strategy, link, islands=2, step_s=0.5)
     assert choice.zero_blocking and choice.sync_every % choice.fragments == 0
