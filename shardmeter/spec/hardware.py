@@ -124,6 +124,10 @@ class GPUSpec(SpecModel):
     """Device memory bandwidth."""
     tdp_watts: float = Field(gt=0, allow_inf_nan=False)
     """Board power limit (the default power cap)."""
+    static_power_fraction: float = Field(default=0.15, gt=0, lt=1, allow_inf_nan=False)
+    """Share of the board power that does not scale with the SM clock (leakage, HBM, I/O):
+    the idle draw nvidia-smi reports for SXM A100/H100 boards (≈ 55–60 W of 400 W,
+    ≈ 70–100 W of 700 W). Used by the power-cap model."""
     matmul_efficiency: float = Field(default=0.75, gt=0, le=1, allow_inf_nan=False)
     """Fraction of peak BF16 a large GEMM sustains (Maximum Achievable Matmul FLOPS ÷ peak)."""
     fp8_matmul_efficiency: float = Field(default=0.70, gt=0, le=1, allow_inf_nan=False)
@@ -395,10 +399,17 @@ class PoolHardware(SpecModel):
                 "give either network (NICs per node) or the legacy interNodeLink "
                 "(one rail per GPU), not both"
             )
-        if self.power_cap_watts is not None and self.power_cap_watts > self.gpu.tdp_watts:
+        cap, gpu = self.power_cap_watts, self.gpu
+        if cap is not None and cap > gpu.tdp_watts:
             raise ValueError(
-                f"powerCapWatts ({self.power_cap_watts:g}) exceeds the {self.gpu.name} board "
-                f"limit of {self.gpu.tdp_watts:g} W; leave it unset to run at the TDP"
+                f"powerCapWatts ({cap:g}) exceeds the {gpu.name} board limit of "
+                f"{gpu.tdp_watts:g} W; leave it unset to run at the TDP"
+            )
+        static = gpu.static_power_fraction * gpu.tdp_watts
+        if cap is not None and cap <= static:
+            raise ValueError(
+                f"powerCapWatts ({cap:g}) is at or below the {gpu.name}'s static power "
+                f"(≈ {static:.0f} W): the GPU could not clock at all; raise it"
             )
         return self
 
