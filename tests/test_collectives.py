@@ -98,3 +98,56 @@ def test_hsdp_gathers_inside_a_node_and_all_reduces_shards_across() -> None:
     replicas = 2 * 3 * 5e-6 + 2 * 3 / 4 * shard / (180e9 / 8)
     expected = cm.collective_seconds("reduce_scatter", params * 4, 1, 8) + replicas
     assert cm.gradient_sync_seconds(params, 4, 8) == pytest.approx(expected)
+
+
+def test_measured_rings_become_node_bandwidth() -> None:
+    from shardmeter.cost.coefficients import CommSample, LinkRole, Source
+    from shardmeter.cost.fitting import fit_communication
+    from shardmeter.cost.priors import pool_priors
+
+    pool = PoolSpec(name="p", gpu="h100", nodes=2, gpus_per_node=8)
+    # the benchmark Job's inter-node layout: 8 rings at once (one per local GPU), each
+    # across the 2 nodes on its own 400 Gbit/s rail at 45 GB/s; 8 µs per network step
+    rail_bw, latency = 45e9, 8e-6
+    samples = [
+        CommSample(
+            collective=c,
+            role=LinkRole.INTER_NODE,
+            payload_bytes=d,
+            ranks=2,
+            seconds=(2 if c == "all_reduce" else 1) * (latency + d / 2 / rail_bw),
+            parallel_rings=8,
+        )
+        for c in ("all_gather", "reduce_scatter", "all_reduce")
+        for d in (1e6, 1e8, 1e9)
+    ]
+    fits, _ = fit_communication(samples, pool.intra, pool.inter)
+    inter = fits[LinkRole.INTER_NODE]["all_gather"]
+    assert inter.parallel_rings == 8
+    assert 1 / inter.seconds_per_byte == pytest.approx(rail_bw, rel=1e-3)
+    doc = pool_priors(pool).model_copy(
+        update={"communication": fits, "source": Source.MEASURED, "measured_at": None}
+    )
+    doc = doc.model_copy(update={"measured_at": doc.created_at})
+    cm = CostModel(
+        MODEL_PRESETS["llama-3.2-1b"],
+        TrainingSpec(seq_len_tokens=8, global_batch_tokens=8),
+        pool,
+        doc,
+    )
+    node = cm.coefficients.communication[LinkRole.INTER_NODE]["all_gather"]
+    assert 1 / node.seconds_per_byte == pytest.approx(8 * rail_bw, rel=1e-3)
+    # a document from before topology (no parallel_rings): one rail per GPU of the pool
+    legacy = {
+        role: {c: f.model_copy(update={"parallel_rings": None}) for c, f in fits_.items()}
+        for role, fits_ in fits.items()
+    }
+    old = CostModel(
+        MODEL_PRESETS["llama-3.2-1b"],
+        TrainingSpec(seq_len_tokens=8, global_batch_tokens=8),
+        pool,
+        doc.model_copy(update={"communication": legacy}),
+    )
+    assert old.coefficients.communication[LinkRole.INTER_NODE]["all_gather"].seconds_per_byte == (
+        pytest.approx(node.seconds_per_byte)
+    )

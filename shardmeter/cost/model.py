@@ -153,7 +153,7 @@ class CostModel:
         if coefficients is None or coefficients.source is Source.PRIOR:
             coefficients = pool_priors(pool, base, pool.name, model)
         else:
-            coefficients = self._with_network_prior(coefficients)
+            coefficients = self._per_node_network(coefficients)
         self.coefficients = coefficients
         self.gpu: GPUSpec = coefficients.gpu
         self.peak_flop_per_s = self.gpu.peak_flop_per_s(training.precision.value)
@@ -165,14 +165,22 @@ class CostModel:
         self._unit_times = lru_cache(maxsize=256)(self._compute_unit_times)
         self._collectives: dict[tuple[str, float, int, int], float] = {}
 
-    def _with_network_prior(self, doc: CoefficientsDocument) -> CoefficientsDocument:
-        """A measured document whose inter-node collectives were never measured (one-node
-        benchmark) carries a per-rail link prior; use the pool's node-network prior."""
-        inter = doc.communication[LinkRole.INTER_NODE]
-        if all(fit.n_samples > 0 for fit in inter.values()):
-            return doc
+    def _per_node_network(self, doc: CoefficientsDocument) -> CoefficientsDocument:
+        """A measured document's inter-node fits as node-level bus bandwidth: a fit of
+        ``parallel_rings`` concurrent rings (one per rail) moves that many times one ring's
+        bytes; a fit written before topology (None) is one rail per GPU of the pool's nodes;
+        an inter-node collective never measured (one-node benchmark) takes the pool's
+        node-network prior."""
         prior = network_prior(self.pool.node_network)
-        fits = {c: fit if fit.n_samples > 0 else prior for c, fit in inter.items()}
+        fits: dict[str, CollectiveFit] = {}
+        for name, fit in doc.communication[LinkRole.INTER_NODE].items():
+            if fit.n_samples == 0:
+                fits[name] = prior
+                continue
+            rings = fit.parallel_rings or self.pool.gpus_per_node
+            fits[name] = fit.model_copy(
+                update={"seconds_per_byte": fit.seconds_per_byte / rings, "parallel_rings": 1}
+            )
         return doc.model_copy(
             update={"communication": {**doc.communication, LinkRole.INTER_NODE: fits}}
         )

@@ -176,6 +176,7 @@ def network_prior(network: NetworkSpec) -> CollectiveFit:
     return CollectiveFit(
         latency_s=latency,
         seconds_per_byte=1.0 / bandwidth,
+        parallel_rings=1,
         link=(
             f"{network.nics_per_node}×{network.nic_bandwidth_bytes_per_s * 8 / 1e9:g} Gbit/s "
             f"{network.kind.value}"
