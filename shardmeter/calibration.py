@@ -139,6 +139,16 @@ def point_specs(
             "activation_checkpointing",
             f"unknown mode {ac_raw!r}; known: none, full, selective-layer, selective-op",
         )
+    group_nodes = _flag(point, "shard_group_nodes", None)
+    degree = _flag(point, "data_parallel_shard_degree", None)  # torchtitan's name, in GPUs
+    if group_nodes is None and degree is not None:
+        if int(degree) % gpn:
+            raise SpecError(
+                "data_parallel_shard_degree",
+                f"{degree} is not a whole number of {gpn}-GPU nodes; HSDP is modelled with "
+                "shard groups of whole nodes",
+            )
+        group_nodes = max(1, int(degree) // gpn)
     link_name = point.get("inter_node_link")
     inter: LinkSpec | None = None
     if link_name is not None:
@@ -152,7 +162,7 @@ def point_specs(
             "activation_checkpointing": _AC[ac_raw],
             "torch_compile": bool(_flag(point, "torch_compile", False)),
             "sharding": _flag(point, "sharding", "fsdp"),
-            "shard_group_nodes": int(_flag(point, "shard_group_nodes", 1)),
+            "shard_group_nodes": int(group_nodes or 1),
         }
     )
     pool = PoolSpec(

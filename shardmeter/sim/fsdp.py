@@ -364,18 +364,21 @@ class StepResult:
 
 
 def overlap_seconds(schedule: Schedule) -> float:
-    """Seconds during which the compute and comm streams were both busy."""
+    """Seconds during which the compute and comm streams were both busy (tasks of one
+    stream run back to back in program order, so each stream's intervals are sorted)."""
     g = schedule.graph
-    a = schedule.busy(g.stream_names.index("compute"))
-    b = schedule.busy(g.stream_names.index("comm"))
+    ci, mi = g.stream_names.index("compute"), g.stream_names.index("comm")
+    start, end = schedule.start, schedule.end
+    a = [(start[i], end[i]) for i, s in enumerate(g.stream) if s == ci and end[i] > start[i]]
+    b = [(start[i], end[i]) for i, s in enumerate(g.stream) if s == mi and end[i] > start[i]]
     i = j = 0
     total = 0.0
     while i < len(a) and j < len(b):
-        lo = max(a[i].start_s, b[j].start_s)
-        hi = min(a[i].end_s, b[j].end_s)
+        lo = a[i][0] if a[i][0] > b[j][0] else b[j][0]
+        hi = a[i][1] if a[i][1] < b[j][1] else b[j][1]
         if hi > lo:
             total += hi - lo
-        if a[i].end_s < b[j].end_s:
+        if a[i][1] < b[j][1]:
             i += 1
         else:
             j += 1

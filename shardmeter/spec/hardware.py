@@ -299,10 +299,16 @@ GPU_PRESETS: dict[str, GPUSpec] = {
 GPU_ALIASES: dict[str, str] = {
     "a100": "a100-80gb-sxm",
     "a100-80gb": "a100-80gb-sxm",
+    "a100-sxm": "a100-80gb-sxm",
+    "a100-sxm4": "a100-80gb-sxm",
     "h100": "h100-80gb-sxm",
     "h100-80gb": "h100-80gb-sxm",
+    "h100-sxm": "h100-80gb-sxm",
+    "h100-sxm5": "h100-80gb-sxm",
     "h200": "h200-141gb-sxm",
     "h200-141gb": "h200-141gb-sxm",
+    "h200-sxm": "h200-141gb-sxm",
+    "l40s-48gb": "l40s",
 }
 """Short names accepted wherever a GPU preset is (``gpu: h200``)."""
 GPU_LOOKUP: dict[str, GPUSpec] = {
