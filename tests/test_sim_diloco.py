@@ -70,8 +70,10 @@ def test_simulation_matches_closed_form_with_one_fragment_in_flight(
     tau = data.draw(st.integers(0, window - 1))
     ar = data.draw(st.floats(0, 0.99 * window * step))  # ≤ one window: one all_reduce in flight
     r = simulate_diloco(islands(3, step, f), StreamingSettings(h, f, tau), [ar] * f)
+    # the simulator counts idle below 1e-9 of an island's busy time (≤ 60 s here) as float
+    # noise, so a closed-form blocking of a few nanoseconds may read as 0
     assert r.blocking_s_per_outer_step == pytest.approx(
-        closed_form_blocking([ar] * f, step, tau), abs=1e-9
+        closed_form_blocking([ar] * f, step, tau), abs=1e-7
     )
 
 
