@@ -6,7 +6,9 @@ A point names its model (a preset, an entry of the file's ``models``, or an inli
 (a preset or an inline spec), nodes × GPUs per node, sequence length, micro-batch and
 gradient accumulation, activation checkpointing, precision, ``torch_compile``, sharding and
 the inter-node link (a preset, an entry of the file's ``links`` — per-GPU `LinkSpec`s, one rail
-per GPU — or null for the GPU's usual network). A point this model cannot express (another
+per GPU — or null for the GPU's usual network), optionally ``power_cap_watts`` and, for HSDP,
+``shard_group_nodes`` (or torchtitan's ``data_parallel_shard_degree`` in GPUs). Models and GPUs
+may be ``{preset: NAME, <overrides>}``. A point this model cannot express (another
 parallelism, an unknown mode) is reported with the reason instead of a prediction.
 """
 
@@ -27,7 +29,7 @@ from shardmeter.errors import ShardMeterError, SpecError, spec_error_from_valida
 from shardmeter.sim.scenario import IslandShape, IslandStepModel
 from shardmeter.spec.hardware import GPU_LOOKUP, LINK_PRESETS, GPUSpec, LinkSpec, PoolSpec
 from shardmeter.spec.model import MODEL_PRESETS, TransformerSpec
-from shardmeter.spec.presets import normalise_name
+from shardmeter.spec.presets import normalise_name, resolve
 from shardmeter.spec.training import TrainingSpec
 
 
@@ -79,7 +81,11 @@ class Report:
 
 def _lookup(value: Any, presets: Mapping[str, Any], extra: Mapping[str, Any], what: str) -> Any:
     if isinstance(value, Mapping):
-        return dict(value)
+        # an inline spec, or {preset: NAME, <overrides>}
+        try:
+            return resolve(dict(value), presets, what)
+        except ValueError as exc:
+            raise SpecError(what, str(exc)) from exc
     if not isinstance(value, str):
         raise SpecError(what, f"must be a name or an inline spec (got {value!r})")
     if value in extra:
@@ -165,17 +171,21 @@ def point_specs(
             "shard_group_nodes": int(group_nodes or 1),
         }
     )
+    cap = _flag(point, "power_cap_watts", None)
     pool = PoolSpec(
         name="published",
         gpu=gpu,
         nodes=nodes,
         gpus_per_node=gpn,
         inter_node_link=inter,
+        power_cap_watts=float(cap) if cap is not None else None,
     )
     return model, training, pool, mb, accumulation, nodes
 
 
-def _setup(point: Mapping[str, Any], model: TransformerSpec, training: TrainingSpec) -> str:
+def _setup(
+    point: Mapping[str, Any], model: TransformerSpec, training: TrainingSpec, pool: PoolSpec
+) -> str:
     extras = [training.activation_checkpointing.value]
     if training.precision.value != "bf16":
         extras.append(training.precision.value)
@@ -183,8 +193,11 @@ def _setup(point: Mapping[str, Any], model: TransformerSpec, training: TrainingS
         extras.append("compile")
     if training.sharding.value != "fsdp":
         extras.append(training.sharding.value)
+    if pool.power_cap_watts is not None:
+        extras.append(f"{pool.power_cap_watts:g} W")
     return (
-        f"{model.name} {point['nodes']}×{point['gpus_per_node']} {point['gpu']} "
+        f"{model.name} {point['nodes']}×{point['gpus_per_node']} "
+        f"{point['gpu'] if isinstance(point['gpu'], str) else pool.gpu.name} "
         f"s{training.seq_len_tokens} b{point['micro_batch']}×{_flag(point, 'accumulation', 1)} "
         + " ".join(extras)
     )
@@ -205,7 +218,7 @@ def predict_point(
     mfu = point.get("published_mfu")
     return Prediction(
         id=str(point.get("id", "?")),
-        setup=_setup(point, model, training),
+        setup=_setup(point, model, training, pool),
         published_tokens_per_s_per_gpu=published,
         predicted_tokens_per_s_per_gpu=tokens / seconds,
         bottleneck=step.simulate(accumulation).verdict,

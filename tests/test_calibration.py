@@ -126,3 +126,17 @@ def test_bench_script_reads_a_file_and_fails_cleanly_on_a_missing_one(tmp_path: 
         check=False,
     )
     assert missing.returncode == 2 and len(missing.stderr.strip().splitlines()) == 1
+
+
+def test_gpu_overrides_and_power_cap_describe_the_hardware_as_it_ran() -> None:
+    # e.g. torchtitan's H100 hosts: 96 GB HBM2e at 2.4 TB/s, run at a 500 W power limit
+    gpu = {"preset": "h100", "name": "H100-96GB-HBM2e", "hbmBandwidthBytesPerS": "2.4 TB/s"}
+    _, _, pool, *_ = point_specs(point(gpu=gpu, power_cap_watts=500), {}, {})
+    assert pool.gpu.hbm_bandwidth_bytes_per_s == pytest.approx(2.4e12)
+    assert pool.gpu.peak_bf16_flop_per_s == pytest.approx(989.4e12)
+    assert pool.power_cap_watts == 500
+    report = evaluate(
+        {"points": [point(gpu=gpu, power_cap_watts=500), point(id="full-power", gpu=gpu)]}
+    )
+    capped, full = report.predictions
+    assert capped.predicted_tokens_per_s_per_gpu < full.predicted_tokens_per_s_per_gpu

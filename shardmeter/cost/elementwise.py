@@ -81,8 +81,11 @@ OPTIMIZER_BYTES_PER_PARAM = 80.0 + 12.0
 ``addcdiv_`` r4r4r4w4 = 80 bytes) plus gradient-norm clipping (norm r4, scale r4w4)."""
 
 FLOAT8_CAST_PER_INPUT = C + C + 1
-"""torchao dynamic tensorwise float8: one pass for the absolute maximum (r2), one to scale
-and cast (r2w1) per element of every matmul operand cast to float8."""
+"""torchao dynamic tensorwise float8, eager: one pass for the absolute maximum (r2), one to
+scale and cast (r2w1) per element of every matmul operand cast to float8."""
+FLOAT8_CAST_PER_INPUT_COMPILED = C + 1
+"""Compiled, the absolute maximum is reduced inside the kernel that produces the operand
+(the norm, the activation), leaving the scale-and-cast pass (r2w1)."""
 FLOAT8_TRANSPOSED_COPY = 1 + 1
 """The column-major float8 copy of an operand that the weight-gradient matmul needs."""
 
@@ -164,7 +167,7 @@ def head_bytes(spec: TransformerSpec, compiled: bool = False) -> tuple[float, fl
     return (nf * spec.hidden_size, 0.4 * ce, nb * spec.hidden_size, 0.6 * ce)
 
 
-def float8_cast_bytes(spec: TransformerSpec) -> BlockBytes:
+def float8_cast_bytes(spec: TransformerSpec, compiled: bool = False) -> BlockBytes:
     """Extra bytes per token of float8 matmuls in one block: every linear casts its input
     (forward) and its output gradient (backward) to float8 and keeps a transposed float8
     copy of the input for the weight gradient (torchao ``Float8Linear``)."""
@@ -176,7 +179,8 @@ def float8_cast_bytes(spec: TransformerSpec) -> BlockBytes:
     # output gradients: q, k, v, o, down (width) and gate/up (intermediate)
     out_width = q + 2 * kv + h + h
     out_inter = (2 if gated else 1) * i
-    cast, tcopy = FLOAT8_CAST_PER_INPUT, FLOAT8_TRANSPOSED_COPY
+    cast = FLOAT8_CAST_PER_INPUT_COMPILED if compiled else FLOAT8_CAST_PER_INPUT
+    tcopy = FLOAT8_TRANSPOSED_COPY
     return BlockBytes(
         forward_width=float(cast * in_width),
         forward_intermediate=float(cast * in_inter),

@@ -228,7 +228,7 @@ class CostModel:
                 g.peak_fp8_flop_per_s * g.fp8_matmul_efficiency
             )
             parts = {f: v * ratio if f in MATMUL_FEATURES else v for f, v in parts.items()}
-            cast = float8_cast_bytes(self.model)
+            cast = float8_cast_bytes(self.model, compiled=t.torch_compile)
             cast_bytes = cast.forward if target is Target.BLOCK_FORWARD else cast.backward
             bw = g.hbm_bandwidth_bytes_per_s * g.memory_efficiency
             parts["float8_cast"] = tokens * cast_bytes / bw
