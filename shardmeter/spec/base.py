@@ -108,7 +108,7 @@ def parse_bytes(value: Any) -> Any:
 
 def _positive(value: float) -> float:
     if math.isnan(value) or math.isinf(value):
-        raise ValueError(f"must be a finite number (got {value})")
+        raise ValueError("must be a finite number")
     if not value > 0:
         raise ValueError("must be greater than 0")
     return value
@@ -116,7 +116,7 @@ def _positive(value: float) -> float:
 
 def _non_negative(value: float) -> float:
     if math.isnan(value) or math.isinf(value):
-        raise ValueError(f"must be a finite number (got {value})")
+        raise ValueError("must be a finite number")
     if not value >= 0:
         raise ValueError("must be 0 or greater")
     return value
