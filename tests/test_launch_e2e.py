@@ -30,11 +30,11 @@ import yaml
 
 from launch_local import torchtitan_pythonpath
 from launch_local.kubelet import LocalPod, local_pods, run_pods
-from shardmeter_operator.launch import render_launch
 from shardmeter_operator.lighthouse import PORT as LIGHTHOUSE_PORT
 from shardmeter_operator.lighthouse import lighthouse_name
 from shardmeter_operator.manifests import island_job_name
 from shardmeter_operator.resources import GPUPoolSpec, TrainingPlanSpec, TrainingPlanStatus
+from shardmeter_operator.runtime_manifests import launch_manifests
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 REPO = Path(__file__).resolve().parents[1]
@@ -59,7 +59,7 @@ def cpu_template() -> dict[str, Any]:
     return dict(template)
 
 
-def plan() -> tuple[TrainingPlanSpec, dict[str, Any]]:
+def plan() -> tuple[TrainingPlanSpec, TrainingPlanStatus]:
     """A 2-island plan as the planner writes it (checked against the status model)."""
     spec = TrainingPlanSpec.model_validate(
         {
@@ -117,7 +117,7 @@ def plan() -> tuple[TrainingPlanSpec, dict[str, Any]]:
                 "outerStepBlockingSeconds": 0.0,
             },
         }
-    ).model_dump(mode="json")
+    )
     return spec, status
 
 
@@ -179,13 +179,15 @@ def wait_http(url: str, timeout_s: float) -> None:
 def test_rendered_islands_train_with_streaming_diloco(tmp_path: Path) -> None:
     spec, status = plan()
     pool = yaml.safe_load((REPO / "examples" / "gpupool-cluster-a.yaml").read_text())["spec"]
-    manifests = render_launch(
+    manifests = launch_manifests(  # what the operator creates for this plan, in order
         PLAN,
         NS,
         "uid-e2e",
         spec,
         status,
         {"cpu": GPUPoolSpec.model_validate(pool)},
+        plan_json="{}",
+        revision="r1",
         bench_image="bench:test",
     )
     assert [m["kind"] for m in manifests] == ["Deployment", "Service"] + ["Job", "Service"] * 2
@@ -267,8 +269,16 @@ def test_local_pods_see_the_rendered_environment() -> None:
     """The harness changes addresses only: every other value is the manifest's."""
     spec, status = plan()
     pool = yaml.safe_load((REPO / "examples" / "gpupool-cluster-a.yaml").read_text())["spec"]
-    manifests = render_launch(
-        PLAN, NS, "u", spec, status, {"cpu": GPUPoolSpec.model_validate(pool)}, bench_image="b"
+    manifests = launch_manifests(
+        PLAN,
+        NS,
+        "u",
+        spec,
+        status,
+        {"cpu": GPUPoolSpec.model_validate(pool)},
+        plan_json="{}",
+        revision="r1",
+        bench_image="b",
     )
     pods, net = local_pods(manifests, NS)
     by_name: dict[str, LocalPod] = {p.name: p for p in pods}

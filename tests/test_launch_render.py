@@ -13,10 +13,10 @@ import pytest
 import yaml
 
 from shardmeter.errors import SpecError
-from shardmeter_operator.launch import render_launch
 from shardmeter_operator.lighthouse import PORT, lighthouse_address
 from shardmeter_operator.manifests import island_job_name, validate_template
-from shardmeter_operator.resources import GPUPoolSpec, TrainingPlanSpec
+from shardmeter_operator.resources import GPUPoolSpec, TrainingPlanSpec, TrainingPlanStatus
+from shardmeter_operator.runtime_manifests import launch_manifests
 from shardmeter_operator.runtime_torchtitan import ARGS_ENV, MANAGER_PORT, trainer_command
 
 REPO = Path(__file__).resolve().parents[1]
@@ -73,7 +73,17 @@ def spec(**changes: Any) -> TrainingPlanSpec:
 
 
 def render(s: TrainingPlanSpec, st: Any) -> list[dict[str, Any]]:
-    return render_launch("p", "ns", "uid", s, st, {"cluster-a": POOL}, bench_image="bench:1")
+    return launch_manifests(
+        "p",
+        "ns",
+        "uid",
+        s,
+        TrainingPlanStatus.model_validate(st),
+        {"cluster-a": POOL},
+        plan_json="{}",
+        revision="r1",
+        bench_image="bench:1",
+    )
 
 
 def trainer(job: dict[str, Any]) -> dict[str, Any]:
@@ -122,7 +132,7 @@ def test_lighthouse_first_then_islands_with_torchft_env_and_flags() -> None:
         rendered = [
             f
             for f in flags
-            if f.startswith(("--fault", "--training", "--parallelism", "activation"))
+            if f.startswith(("--fault", "--training", "--parallelism", "--compile", "activation"))
         ]
         assert shlex.split(e[ARGS_ENV]) == rendered  # the same flags, for shell templates
         assert rendered[-1] == "activation-checkpoint:full"  # tyro: the subcommand goes last

@@ -20,10 +20,10 @@ import yaml
 from launch_local import torchtitan_pythonpath
 from launch_local.kubelet import local_pods, trainer_argv
 from shardmeter.errors import SpecError
-from shardmeter_operator.launch import render_launch, render_manifests
-from shardmeter_operator.planning import plan_request, plan_status
-from shardmeter_operator.resources import GPUPoolSpec, TrainingPlanSpec
-from shardmeter_operator.runtime_torchtitan import torchtitan_run
+from shardmeter_operator.plancontext import apply_outcome
+from shardmeter_operator.planning import plan_outcome, plan_request
+from shardmeter_operator.resources import GPUPoolSpec, TrainingPlanSpec, TrainingPlanStatus
+from shardmeter_operator.runtime_manifests import launch_manifests
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 REPO = Path(__file__).resolve().parents[1]
@@ -36,12 +36,30 @@ SPEC = yaml.safe_load((EX / "trainingplan.yaml").read_text())["spec"]
 
 
 @cache
-def case_study(*pools: str) -> tuple[TrainingPlanSpec, dict[str, Any]]:
+def case_study(*pools: str) -> tuple[TrainingPlanSpec, TrainingPlanStatus]:
+    """The plan the operator makes (datasheet priors), as its status holds it."""
     spec = TrainingPlanSpec.model_validate(
         {**SPEC, "pools": [{"name": p} for p in pools], "launch": True}
     )
     request = plan_request(spec, {p: POOLS[p] for p in pools})
-    return spec, plan_status("case", request, dict.fromkeys(pools), {}).status
+    status = TrainingPlanStatus()
+    apply_outcome(status, plan_outcome("case", request, dict.fromkeys(pools)))
+    return spec, status
+
+
+def render(spec: TrainingPlanSpec, st: TrainingPlanStatus, check: bool) -> list[dict[str, Any]]:
+    return launch_manifests(
+        "case",
+        "default",
+        "u",
+        spec,
+        st,
+        POOLS,
+        plan_json="{}",
+        revision="r",
+        bench_image="b",
+        check=check,
+    )
 
 
 def parse(argvs: list[list[str]]) -> list[dict[str, Any]]:
@@ -108,20 +126,17 @@ def test_every_case_study_island_parses_as_planned() -> None:
     # the two pools' plan has islands of two shapes (8×1×8 H200, 2×4×8 A100); the operator
     # refuses to launch it (unequal local batches), but every island's command line is
     # rendered and parsed here, and the one-pool plan is rendered as it would be launched
-    spec2, st2 = case_study("cluster-a", "cluster-b")
+    spec2, status2 = case_study("cluster-a", "cluster-b")
+    spec1, status1 = case_study("cluster-a")
+    st2, st1 = (s.model_dump(mode="json", by_alias=True) for s in (status2, status1))
     assert len({(i["nodes"], i["microBatch"], i["accumulation"]) for i in st2["islands"]}) == 2
     with pytest.raises(SpecError, match=r"localBatchTokens"):
-        render_launch("case", "default", "u", spec2, st2, POOLS, bench_image="b")
-    two = render_manifests(
-        "case", "default", "u", spec2, st2, POOLS, torchtitan_run(spec2, st2), bench_image="b"
-    )
-    spec1, st1 = case_study("cluster-a")
-    one = render_launch("case", "default", "u", spec1, st1, POOLS, bench_image="b")
-    argvs2, argvs1 = island_argvs(two), island_argvs(one)
+        render(spec2, status2, check=True)
+    argvs2 = island_argvs(render(spec2, status2, check=False))
+    argvs1 = island_argvs(render(spec1, status1, check=True))
     # every pod of an island gets the same flags; one per island is enough to parse
-    per_island2 = [
-        argvs2[sum(i["nodes"] for i in st2["islands"][:k])] for k in range(len(st2["islands"]))
-    ]
+    first_pods = [sum(i["nodes"] for i in st2["islands"][:k]) for k in range(len(st2["islands"]))]
+    per_island2 = [argvs2[k] for k in first_pods]
     rejected = [*argvs1[0], "--fault_tolerance.no_such_flag=1"]  # the parser really checks
     parsed = parse([*per_island2, *argvs1, rejected])
     for k in range(len(st2["islands"])):

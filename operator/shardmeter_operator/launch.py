@@ -1,122 +1,149 @@
-"""Everything a launched TrainingPlan creates, rendered and checked before anything is
-created: for a (Streaming) DiLoCo plan the torchft lighthouse (Deployment + Service), then
-one Indexed Job + headless Service per island whose trainer runs torchtitan's fault-tolerant
-trainer with the plan's flags. Pure: no API calls."""
+"""The launch state machine of a TrainingPlan, as pure functions (the reconciler in
+:mod:`shardmeter_operator.trainingplan` acts on them).
+
+::
+
+    Pending ─┬─ spec or pool invalid ─────────► Invalid      (Valid=False; fix the spec)
+             ├─ no deployment fits ───────────► Infeasible   (Planned=False)
+             └─ plan found ──► Planned ──(spec.launch)──► Launched ──► Running ──► Succeeded
+                  ▲  re-planned on spec and                   │           │
+                  │  coefficient changes                      └───────────┴──► Failed
+                  │
+                  └── spec.relaunch bumped: old children deleted, then planned and launched anew
+
+Rules (what a platform team can rely on):
+
+1. **Decide, record, then create.** A launch first writes its decision — islands, Streaming
+   DiLoCo settings and a *revision* (hash of the plan's UID, ``spec.relaunch``, islands,
+   settings and template) — into ``status.launch`` and ``status.islands``; only then are the
+   children created, each labelled ``shardmeter.io/plan-revision: <revision>`` and
+   ``shardmeter.io/trainingplan-uid``. A crash in between resumes the recorded decision.
+2. **Frozen once launched.** Once ``status.launch`` is set, or any child with the plan's UID
+   label exists, the islands and settings never change: spec edits set
+   ``SpecChangedAfterLaunch=True`` and post an Event, and are not acted on; new coefficients
+   only re-evaluate the predictions (``OuterStepBlocking`` then recommends settings).
+   Running training is never touched.
+3. **Adopt only your own revision.** An existing object with a child's name is adopted only
+   if it carries this plan's UID and the current revision; a previous revision's child is
+   waited for (it is being deleted by a relaunch); anything else is a ``NameConflict``.
+4. **Relaunch on request.** Changing ``spec.relaunch`` plans the current spec, records the
+   new decision, deletes the previous revision's children (Foreground), waits until they are
+   gone and creates the new ones.
+5. **Follow the children.** Each island's Job gives its state: ``succeeded`` (Complete),
+   ``failed`` (Failed, with the Job's reason), ``running`` (all pods ready), or ``pending``
+   (with the reason: pods rejected — quota, PodSecurity — from the Job controller's
+   ``FailedCreate`` events, suspended, or waiting for pods). A child deleted after a complete
+   launch is ``failed``/``JobDeleted`` and is not re-created. The plan is ``Succeeded`` when
+   every island succeeded, ``Failed`` when any failed, ``Running`` when every island runs (or
+   has finished), else ``Launched``. Every island and phase transition posts an Event.
+"""
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from shardmeter.errors import SpecError
-from shardmeter_operator.lighthouse import lighthouse_address, lighthouse_manifests
-from shardmeter_operator.manifests import (
-    ISLAND_LABEL,
-    Manifest,
-    island_manifests,
-    owner_reference,
-)
-from shardmeter_operator.resources import GPUPoolSpec, TrainingPlanSpec
-from shardmeter_operator.runtime_torchtitan import (
-    MANAGER_PORT,
-    TorchtitanRun,
-    apply_to_island_job,
-    check_expressible,
-    dns_searches,
-    torchtitan_run,
+from shardmeter_operator.planning import revision
+from shardmeter_operator.resources import (
+    DiLoCoSettings,
+    IslandState,
+    IslandStatus,
+    TrainingPlanPhase,
 )
 
-MAX_DNS_SEARCHES = 32
-"""Kubernetes' limit on a pod's DNS search list (``dnsConfig.searches`` plus the cluster's
-own three); the list may not exceed 2048 characters either."""
-MAX_DNS_SEARCH_CHARS = 2048
+Manifest = dict[str, Any]
+ISLAND_SHAPE = {
+    "name",
+    "pool",
+    "nodes",
+    "gpus_per_node",
+    "micro_batch",
+    "accumulation",
+    "local_batch_tokens",
+}
+"""The IslandStatus fields that make up the launch decision (not the followed state)."""
 
 
-def render_launch(
-    name: str,
-    namespace: str,
+def decision_revision(
     uid: str,
-    spec: TrainingPlanSpec,
-    status: Mapping[str, Any],
-    pools: Mapping[str, GPUPoolSpec],
-    *,
-    bench_image: str,
-) -> list[Manifest]:
-    """The manifests to create, lighthouse first. Raises SpecError (naming the field) when
-    the template or the chosen plan cannot run as planned on torchtitan + torchft."""
-    run = torchtitan_run(spec, status)
-    check_expressible(run, spec)
-    return render_manifests(name, namespace, uid, spec, status, pools, run, bench_image=bench_image)
+    relaunch: int,
+    islands: Sequence[IslandStatus],
+    settings: DiLoCoSettings | None,
+    template: Mapping[str, Any],
+) -> str:
+    """The revision children of this launch decision are labelled with."""
+    shape = [i.model_dump(include=ISLAND_SHAPE) for i in islands]
+    return revision(uid, relaunch, shape, settings.model_dump() if settings else None, template)
 
 
-def render_manifests(
-    name: str,
-    namespace: str,
-    uid: str,
-    spec: TrainingPlanSpec,
-    status: Mapping[str, Any],
-    pools: Mapping[str, GPUPoolSpec],
-    run: TorchtitanRun,
+def _condition(job: Manifest, type_: str) -> Mapping[str, Any] | None:
+    for c in (job.get("status") or {}).get("conditions") or []:
+        if c.get("type") == type_ and c.get("status") == "True":
+            return c  # type: ignore[no-any-return]
+    return None
+
+
+def job_state(job: Manifest | None, rejected: str = "") -> tuple[IslandState, str, str]:
+    """(state, reason, message) of one island Job; ``rejected`` is the latest FailedCreate
+    message the Job controller posted for it (pods refused by quota, PodSecurity, …)."""
+    if job is None:
+        return IslandState.FAILED, "JobDeleted", "the island's Job was deleted"
+    for done in ("Complete", "SuccessCriteriaMet"):
+        if _condition(job, done) is not None:
+            return IslandState.SUCCEEDED, "Completed", ""
+    for failed in ("Failed", "FailureTarget"):
+        c = _condition(job, failed)
+        if c is not None:
+            return IslandState.FAILED, str(c.get("reason") or "Failed"), str(c.get("message") or "")
+    status = job.get("status") or {}
+    want = int((job.get("spec") or {}).get("parallelism") or 1)
+    ready = status.get("ready")
+    running = int(ready if ready is not None else status.get("active") or 0)
+    if _condition(job, "Suspended") is not None:
+        return IslandState.PENDING, "Suspended", "the Job is suspended (e.g. queued by Kueue)"
+    if running >= want:
+        return IslandState.RUNNING, "PodsReady", f"{running}/{want} pods ready"
+    if rejected:
+        return IslandState.PENDING, "PodsRejected", rejected[:1024]
+    return IslandState.PENDING, "WaitingForPods", f"{running}/{want} pods ready"
+
+
+def follow_islands(
+    islands: Sequence[IslandStatus],
+    jobs: Mapping[str, Manifest],
+    rejected: Mapping[str, str],
     *,
-    bench_image: str,
-) -> list[Manifest]:
-    """The manifests of ``run`` without ``check_expressible`` (``render_launch`` checks)."""
-    owner = owner_reference("TrainingPlan", name, uid)
-    searches = dns_searches(run, namespace)
-    domain = spec.fault_tolerance.cluster_domain
-    cluster = [f"{namespace}.svc.{domain}", f"svc.{domain}", domain]  # the kubelet's own
-    if len(searches) + 3 > MAX_DNS_SEARCHES or len(" ".join(searches + cluster)) > (
-        MAX_DNS_SEARCH_CHARS
-    ):
-        raise SpecError(
-            "spec.constraints.maxIslands",
-            f"{len(searches)} islands need more DNS search domains than a pod may have "
-            f"({MAX_DNS_SEARCHES} entries, {MAX_DNS_SEARCH_CHARS} characters); lower maxIslands "
-            "or shorten the TrainingPlan's name",
-        )
-    s = status.get("streamingDiLoCo") or {"syncEvery": 1, "fragments": 1, "fragmentSyncDelay": 0}
-    plan_json = json.dumps(
-        {k: status.get(k) for k in ("plan", "islands", "streamingDiLoCo", "predictions")},
-        sort_keys=True,
-        separators=(",", ":"),
-    )
-    islands = island_manifests(
-        name,
-        namespace,
-        owner,
-        spec.template,
-        status["islands"],
-        pools,
-        int(s["syncEvery"]),
-        int(s["fragments"]),
-        int(s["fragmentSyncDelay"]),
-        plan_json,
-    )
-    lighthouse = lighthouse_address(name, namespace)
-    for m in islands:
-        if m["kind"] == "Service" and run.diloco is not None:  # what the pods serve, named
-            m["spec"]["ports"].append({"name": "torchft-manager", "port": MANAGER_PORT})
-        if m["kind"] == "Job":
-            index = int(m["metadata"]["labels"][ISLAND_LABEL])
-            apply_to_island_job(
-                m,
-                run,
-                index,
-                namespace=namespace,
-                lighthouse=lighthouse,
-                job_id=f"{namespace}/{name}",
-            )
-    if run.diloco is None:
-        return islands
-    return [
-        *lighthouse_manifests(
-            name,
-            namespace,
-            owner,
-            spec.fault_tolerance,
-            min_replicas=run.min_replicas,
-            image=bench_image,
-        ),
-        *islands,
-    ]
+    complete: bool,
+) -> list[IslandStatus]:
+    """The islands with their current state. ``jobs``: this revision's Jobs by name;
+    ``rejected``: Job UID → latest FailedCreate message. Before the launch is complete a
+    missing Job is still being created (pending)."""
+    out = []
+    for isl in islands:
+        job = jobs.get(isl.name)
+        if job is None and not complete:
+            state, reason, message = IslandState.PENDING, "Creating", "the Job is being created"
+        else:
+            uid = str(((job or {}).get("metadata") or {}).get("uid") or "")
+            state, reason, message = job_state(job, rejected.get(uid, ""))
+        out.append(isl.model_copy(update={"state": state, "reason": reason, "message": message}))
+    return out
+
+
+def plan_phase(islands: Sequence[IslandStatus]) -> TrainingPlanPhase:
+    states = [i.state for i in islands]
+    if states and all(s is IslandState.SUCCEEDED for s in states):
+        return TrainingPlanPhase.SUCCEEDED
+    if any(s is IslandState.FAILED for s in states):
+        return TrainingPlanPhase.FAILED
+    if states and all(s in (IslandState.RUNNING, IslandState.SUCCEEDED) for s in states):
+        return TrainingPlanPhase.RUNNING
+    return TrainingPlanPhase.LAUNCHED
+
+
+def transitions(
+    before: Sequence[IslandStatus], after: Sequence[IslandStatus]
+) -> list[IslandStatus]:
+    """Islands whose state or reason changed (each gets an Event)."""
+    old = {i.name: (i.state, i.reason) for i in before}
+    return [i for i in after if old.get(i.name) != (i.state, i.reason)]

@@ -11,15 +11,17 @@ port; ``/status`` answers 200 once it listens.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from shardmeter_operator.manifests import (
     COMPONENT_LABEL,
     MANAGED_BY,
-    PLAN_LABEL,
+    PLAN_REVISION_LABEL,
+    PLAN_UID_LABEL,
     Manifest,
-    dns_name,
 )
+from shardmeter_operator.names import child_name
 from shardmeter_operator.resources import FaultToleranceSpec
 
 PORT = 29510
@@ -27,7 +29,8 @@ COMPONENT = "lighthouse"
 
 
 def lighthouse_name(plan: str) -> str:
-    return dns_name(plan, COMPONENT)
+    """The Deployment and its Service (a DNS-1035 label: Service names must be)."""
+    return child_name("", plan, COMPONENT)
 
 
 def lighthouse_address(plan: str, namespace: str) -> str:
@@ -53,15 +56,18 @@ def lighthouse_manifests(
     *,
     min_replicas: int,
     image: str,
+    labels: Mapping[str, str],
 ) -> list[Manifest]:
     """The lighthouse Deployment (one replica, never two: a second lighthouse would form its
-    own quorums) and its Service, owned by the TrainingPlan."""
+    own quorums) and its Service, owned by the TrainingPlan; ``labels`` are the launch's
+    child labels (plan, UID, revision)."""
     name = lighthouse_name(plan)
-    labels = {PLAN_LABEL: plan, COMPONENT_LABEL: COMPONENT}
+    ours = {**labels, COMPONENT_LABEL: COMPONENT}
+    selector = {k: ours[k] for k in (PLAN_UID_LABEL, PLAN_REVISION_LABEL, COMPONENT_LABEL)}
     meta = {
         "name": name,
         "namespace": namespace,
-        "labels": {**MANAGED_BY, **labels},
+        "labels": {**MANAGED_BY, **ours},
         "ownerReferences": [owner],
     }
     probe = {"httpGet": {"path": "/status", "port": "lighthouse"}, "periodSeconds": 10}
@@ -72,9 +78,9 @@ def lighthouse_manifests(
         "spec": {
             "replicas": 1,
             "strategy": {"type": "Recreate"},
-            "selector": {"matchLabels": labels},
+            "selector": {"matchLabels": selector},
             "template": {
-                "metadata": {"labels": {**MANAGED_BY, **labels}},
+                "metadata": {"labels": {**MANAGED_BY, **ours}},
                 "spec": {
                     "securityContext": {
                         "runAsNonRoot": True,
@@ -109,7 +115,7 @@ def lighthouse_manifests(
         "kind": "Service",
         "metadata": meta,
         "spec": {
-            "selector": labels,
+            "selector": selector,
             "ports": [{"name": "lighthouse", "port": PORT, "targetPort": "lighthouse"}],
         },
     }

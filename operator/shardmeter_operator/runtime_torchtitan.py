@@ -34,8 +34,14 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any
 
-from shardmeter.errors import SpecError
-from shardmeter.spec.training import Precision, StrategyKind
+from shardmeter.spec.training import (
+    ActivationCheckpointing,
+    GradientSync,
+    Precision,
+    Sharding,
+    StrategyKind,
+)
+from shardmeter_operator.errors import RuntimeCannotExpressError, TemplateError
 from shardmeter_operator.resources import (
     DiLoCoSettings,
     FaultToleranceSpec,
@@ -84,6 +90,8 @@ OWNED_FLAGS = frozenset(
                 "mixed_precision_param",
             )
         ),
+        "--compile.enable",
+        "--compile.no_enable",
         *(
             f"--parallelism.{k}"
             for k in (
@@ -100,6 +108,13 @@ OWNED_FLAGS = frozenset(
 _ACTIVATION_CHECKPOINT = "activation-checkpoint:"
 _MASTER_DTYPE = {4: "float32", 2: "bfloat16"}
 _PARAM_DTYPE = {Precision.BF16: "bfloat16", Precision.FP32: "float32"}
+_AC_MODE = {
+    ActivationCheckpointing.NONE: "none",
+    ActivationCheckpointing.FULL: "full",
+    ActivationCheckpointing.SELECTIVE_OP: "selective",
+}
+"""torchtitan 0.3.0's activation-checkpointing subcommands (distributed/activation_checkpoint.py:
+FullAC, op-level SelectiveAC; it has no every-k-th-block mode)."""
 
 
 @dataclass(frozen=True)
@@ -110,7 +125,11 @@ class TorchtitanRun:
     seq_len_tokens: int
     training_steps: int
     """Inner steps: the token budget over the islands' batch, rounded up to whole outer steps."""
-    activation_checkpointing: bool
+    activation_checkpointing: str
+    """torchtitan's subcommand: none, full or selective."""
+    torch_compile: bool
+    shard_group_nodes: int
+    """Nodes per FSDP shard group (the island's nodes for fsdp, fewer for hsdp)."""
     master_dtype: str
     param_dtype: str
     diloco: DiLoCoSettings | None
@@ -125,44 +144,72 @@ class TorchtitanRun:
         return self.fault_tolerance.min_replicas or len(self.islands)
 
 
-def torchtitan_run(spec: TrainingPlanSpec, status: Mapping[str, Any]) -> TorchtitanRun:
-    """The run the chosen plan describes (``status`` as the planner wrote it). Raises
-    SpecError for what torchtitan's fault-tolerant trainer cannot express."""
-    islands = tuple(IslandStatus.model_validate(i) for i in status.get("islands") or [])
+def torchtitan_run(
+    spec: TrainingPlanSpec,
+    islands: Sequence[IslandStatus],
+    settings: DiLoCoSettings | None,
+    predictions: Predictions | None,
+) -> TorchtitanRun:
+    """The run the chosen plan describes. Raises RuntimeCannotExpressError (naming the field)
+    for training settings torchtitan 0.3.0 has no flag for."""
     if not islands:
-        raise SpecError("status.islands", "the plan has no islands to launch")
-    diloco = None
-    if spec.strategy.kind is not StrategyKind.FSDP:
-        diloco = DiLoCoSettings.model_validate(status.get("streamingDiLoCo") or {})
-    training = spec.training
-    if training.grad_reduce_bytes != 4:
-        raise SpecError(
+        raise RuntimeCannotExpressError("status.islands", "the plan has no islands to launch")
+    diloco = settings if spec.strategy.kind is not StrategyKind.FSDP else None
+    if spec.strategy.kind is not StrategyKind.FSDP and diloco is None:
+        raise RuntimeCannotExpressError("status.streamingDiLoCo", "a DiLoCo plan needs settings")
+    t = spec.training
+    refusals = [
+        (
+            t.grad_reduce_bytes != 4,
             "spec.training.gradReduceBytes",
-            f"is {training.grad_reduce_bytes}, but torchtitan reduces gradients in FP32 only "
+            f"is {t.grad_reduce_bytes}, but torchtitan reduces gradients in FP32 only "
             "(--training.mixed_precision_reduce accepts float32); set it to 4",
-        )
-    if training.master_param_bytes not in _MASTER_DTYPE:
-        raise SpecError(
+        ),
+        (
+            t.master_param_bytes not in _MASTER_DTYPE,
             "spec.training.masterParamBytes",
-            f"is {training.master_param_bytes}; torchtitan keeps parameters in float32 (4) or "
+            f"is {t.master_param_bytes}; torchtitan keeps parameters in float32 (4) or "
             "bfloat16 (2) (--training.dtype)",
-        )
-    predictions = Predictions.model_validate(status.get("predictions") or {})
-    window_s = predictions.outer_step_blocking_seconds
-    if diloco is not None:
+        ),
+        (
+            t.precision not in _PARAM_DTYPE,
+            "spec.training.precision",
+            f"is {t.precision}: torchtitan 0.3.0 selects float8 in the config function "
+            "(model converters), not by a flag; plan with bf16, or launch such a config yourself",
+        ),
+        (
+            t.activation_checkpointing not in _AC_MODE,
+            "spec.training.activationCheckpointing",
+            f"is {t.activation_checkpointing}: torchtitan 0.3.0 checkpoints every block (full), "
+            "by op (selective) or not at all (none); plan with one of full, selective-op, none",
+        ),
+        (
+            t.gradient_sync is not GradientSync.EVERY_MICRO_BATCH,
+            "spec.training.gradientSync",
+            f"is {t.gradient_sync}: torchtitan's FSDP2 reduce-scatters after every micro-batch "
+            "(it has no flag to skip it during accumulation); plan with every-micro-batch",
+        ),
+    ]
+    for refused, field, message in refusals:
+        if refused:
+            raise RuntimeCannotExpressError(field, message)
+    window_s = predictions.outer_step_blocking_seconds if predictions else 0.0
+    if diloco is not None and predictions is not None:
         window_s += diloco.fragment_sync_delay * predictions.step_seconds
     timeout_s = max(MIN_COLLECTIVE_TIMEOUT_S, math.ceil(COLLECTIVE_TIMEOUT_MARGIN * window_s))
     batch_tokens = sum(i.local_batch_tokens for i in islands)
-    steps = math.ceil(training.total_tokens / batch_tokens)
+    steps = math.ceil(t.total_tokens / batch_tokens)
     if diloco is not None:
         steps = math.ceil(steps / diloco.sync_every) * diloco.sync_every
     return TorchtitanRun(
-        islands=islands,
-        seq_len_tokens=training.seq_len_tokens,
+        islands=tuple(islands),
+        seq_len_tokens=t.seq_len_tokens,
         training_steps=steps,
-        activation_checkpointing=training.activation_checkpointing,
-        master_dtype=_MASTER_DTYPE[training.master_param_bytes],
-        param_dtype=_PARAM_DTYPE[training.precision],
+        activation_checkpointing=_AC_MODE[t.activation_checkpointing],
+        torch_compile=t.torch_compile,
+        shard_group_nodes=t.shard_group_nodes if t.sharding is Sharding.HSDP else 0,
+        master_dtype=_MASTER_DTYPE[t.master_param_bytes],
+        param_dtype=_PARAM_DTYPE[t.precision],
         diloco=diloco,
         fault_tolerance=spec.fault_tolerance,
         collective_timeout_s=timeout_s,
@@ -170,14 +217,14 @@ def torchtitan_run(spec: TrainingPlanSpec, status: Mapping[str, Any]) -> Torchti
 
 
 def check_expressible(run: TorchtitanRun, spec: TrainingPlanSpec) -> None:
-    """Refuse (SpecError naming the field) a plan torchtitan-FT would run differently from
+    """Refuse (RuntimeCannotExpressError naming the field) a plan torchtitan-FT would run differently from
     the plan: unequal local batches (torchft averages pseudo-gradients unweighted, so an island
     with a bigger batch would count as much as a smaller one), a quorum larger than the plan,
     a fragment layout or outer precision torchft does not have."""
     first = run.islands[0]
     for k, isl in enumerate(run.islands[1:], start=1):
         if isl.local_batch_tokens != first.local_batch_tokens:
-            raise SpecError(
+            raise RuntimeCannotExpressError(
                 f"status.islands[{k}].localBatchTokens",
                 f"is {isl.local_batch_tokens:,} tokens but island 0 ({first.name}) trains on "
                 f"{first.local_batch_tokens:,}: torchtitan's fault-tolerant trainer averages the "
@@ -187,22 +234,24 @@ def check_expressible(run: TorchtitanRun, spec: TrainingPlanSpec) -> None:
             )
     if run.diloco is None:
         if len(run.islands) != 1:
-            raise SpecError("spec.strategy.kind", "fsdp launches exactly one island")
+            raise RuntimeCannotExpressError(
+                "spec.strategy.kind", "fsdp launches exactly one island"
+            )
         return
     if run.min_replicas > len(run.islands):
-        raise SpecError(
+        raise RuntimeCannotExpressError(
             "spec.faultTolerance.minReplicas",
             f"is {run.min_replicas} but the plan has {len(run.islands)} island(s): no quorum "
             "could ever form; lower it or leave it unset (every island)",
         )
     if run.diloco.fragments > 1 and spec.strategy.fragment_layout != "contiguous":
-        raise SpecError(
+        raise RuntimeCannotExpressError(
             "spec.strategy.fragmentLayout",
             f"is {spec.strategy.fragment_layout}, but torchtitan's fragment_llm splits the model "
             "into contiguous fragments; plan with fragmentLayout: contiguous",
         )
     if spec.strategy.outer_precision is not Precision.FP32:
-        raise SpecError(
+        raise RuntimeCannotExpressError(
             "spec.strategy.outerPrecision",
             f"is {spec.strategy.outer_precision}, but torchft 0.2.0's DiLoCo all-reduces "
             "pseudo-gradients in the parameters' dtype (FP32 master weights) unless it "
@@ -216,6 +265,7 @@ def island_flags(run: TorchtitanRun, index: int) -> list[str]:
     isl = run.islands[index]
     replicas = len(run.islands) if run.diloco is not None else 1
     dp = isl.nodes * isl.gpus_per_node
+    group = run.shard_group_nodes or isl.nodes  # hsdp: shard inside node groups
     flags: list[str] = []
     if run.diloco is not None:
         d = run.diloco
@@ -232,15 +282,16 @@ def island_flags(run: TorchtitanRun, index: int) -> list[str]:
             f"--fault_tolerance.fragment_sync_delay={d.fragment_sync_delay}",
         ]
     flags += [
-        f"--parallelism.data_parallel_shard_degree={dp}",
-        "--parallelism.data_parallel_replicate_degree=1",
+        f"--parallelism.data_parallel_shard_degree={group * isl.gpus_per_node}",
+        f"--parallelism.data_parallel_replicate_degree={isl.nodes // group}",
         f"--training.local_batch_size={isl.micro_batch}",
         f"--training.global_batch_size={isl.micro_batch * dp * isl.accumulation * replicas}",
         f"--training.seq_len={run.seq_len_tokens}",
         f"--training.steps={run.training_steps}",
         f"--training.dtype={run.master_dtype}",
         f"--training.mixed_precision_param={run.param_dtype}",
-        _ACTIVATION_CHECKPOINT + ("full" if run.activation_checkpointing else "none"),
+        "--compile.enable" if run.torch_compile else "--compile.no-enable",
+        _ACTIVATION_CHECKPOINT + run.activation_checkpointing,
     ]
     return flags
 
@@ -301,7 +352,7 @@ def _script(container: Mapping[str, Any], where: str) -> tuple[str, str] | None:
         return command[at + 1], f"{where}.command[{at + 1}]"
     if args:
         return args[0], f"{where}.args[0]"
-    raise SpecError(f"{where}.command", "runs a shell with -c but no script")
+    raise TemplateError(f"{where}.command", "runs a shell with -c but no script")
 
 
 def trainer_command(template: Mapping[str, Any], where: str = "spec.template") -> TrainerCommand:
@@ -312,7 +363,7 @@ def trainer_command(template: Mapping[str, Any], where: str = "spec.template") -
     first = containers[0] if isinstance(containers, list) and containers else {}
     command, args = first.get("command") or [], first.get("args") or []
     if not command and not args:
-        raise SpecError(
+        raise TemplateError(
             f"{path}.command",
             "is empty: the operator appends torchtitan's flags to the trainer's command line; "
             "set command to torchrun … -m torchtitan.train --module M --config C",
@@ -323,9 +374,9 @@ def trainer_command(template: Mapping[str, Any], where: str = "spec.template") -
         try:
             tokens = shlex.split(text, comments=True)
         except ValueError as exc:
-            raise SpecError(field, f"is not a valid shell command line ({exc})") from exc
+            raise TemplateError(field, f"is not a valid shell command line ({exc})") from exc
         if not tokens or tokens[-1] not in {f"${ARGS_ENV}", f"${{{ARGS_ENV}}}"}:
-            raise SpecError(
+            raise TemplateError(
                 field,
                 f"a shell script must end with ${ARGS_ENV} (unquoted) so the operator's "
                 "torchtitan flags come last, e.g. `… -m torchtitan.train --module M "
@@ -348,14 +399,14 @@ def check_trainer_template(template: Mapping[str, Any], where: str = "spec.templ
     cmd = trainer_command(template, where)
     names = {_flag_name(t) for t in cmd.tokens}
     if "--job.config_file" in names:
-        raise SpecError(
+        raise TemplateError(
             cmd.field,
             "uses --job.config_file, which torchtitan 0.3.0 removed; select the config with "
             "--module M --config C (e.g. --module shardmeter_torchtitan --config llama3_8b_torchft)",
         )
     for required in ("--module", "--config"):
         if required not in names:
-            raise SpecError(
+            raise TemplateError(
                 cmd.field,
                 f"has no {required}: torchtitan 0.3.0 requires --module and --config "
                 "(e.g. --module shardmeter_torchtitan --config llama3_8b_torchft)",
@@ -363,7 +414,7 @@ def check_trainer_template(template: Mapping[str, Any], where: str = "spec.templ
     owned = sorted(n for n in names if n in OWNED_FLAGS)
     owned += sorted(t for t in cmd.tokens if t.startswith(_ACTIVATION_CHECKPOINT))
     if owned:
-        raise SpecError(
+        raise TemplateError(
             cmd.field,
             f"sets {', '.join(owned)}, which the operator sets from the plan; remove "
             + ("it" if len(owned) == 1 else "them"),
