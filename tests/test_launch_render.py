@@ -290,6 +290,17 @@ def test_templates_that_cannot_carry_the_flags_name_the_field(
             [island(0), island(1)],
             "spec.training.gradReduceBytes",
         ),
+        ({"training": {"precision": "fp8"}}, [island(0), island(1)], "spec.training.precision"),
+        (
+            {"training": {"activationCheckpointing": "selective-layer"}},
+            [island(0), island(1)],
+            "spec.training.activationCheckpointing",
+        ),
+        (
+            {"training": {"gradientSync": "last-micro-batch"}},
+            [island(0), island(1)],
+            "spec.training.gradientSync",
+        ),
     ],
 )
 def test_plans_the_runtime_cannot_express_name_the_field(
@@ -314,3 +325,19 @@ def test_too_many_islands_for_a_pods_dns_search_list() -> None:
     with pytest.raises(SpecError) as err:
         render(spec(constraints={"maxIslands": 30}), status(*many))
     assert err.value.field == "spec.constraints.maxIslands"
+
+
+def test_hsdp_compile_and_selective_op_have_their_flags() -> None:
+    s = spec(
+        training={
+            "sharding": "hsdp",
+            "shardGroupNodes": 1,
+            "torchCompile": True,
+            "activationCheckpointing": "selective-op",
+        }
+    )
+    out = render(s, status(island(0, nodes=2, accumulation=1), island(1, nodes=2, accumulation=1)))
+    flags = shlex.split(env(trainer(out[2]))[ARGS_ENV])
+    assert "--parallelism.data_parallel_shard_degree=8" in flags  # one node's 8 GPUs
+    assert "--parallelism.data_parallel_replicate_degree=2" in flags  # across its 2 nodes
+    assert "--compile.enable" in flags and flags[-1] == "activation-checkpoint:selective"

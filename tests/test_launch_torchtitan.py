@@ -138,7 +138,21 @@ def test_every_case_study_island_parses_as_planned() -> None:
     first_pods = [sum(i["nodes"] for i in st2["islands"][:k]) for k in range(len(st2["islands"]))]
     per_island2 = [argvs2[k] for k in first_pods]
     rejected = [*argvs1[0], "--fault_tolerance.no_such_flag=1"]  # the parser really checks
-    parsed = parse([*per_island2, *argvs1, rejected])
+    training = {
+        **spec1.training.model_dump(by_alias=True),
+        "torchCompile": True,
+        "activationCheckpointing": "selective-op",
+    }
+    tuned = TrainingPlanSpec.model_validate(
+        {**spec1.model_dump(by_alias=True), "training": training}
+    )
+    (compiled,) = island_argvs(render(tuned, status1, check=True))[:1]
+    parsed = parse([*per_island2, *argvs1, compiled, rejected])
+    assert (
+        parsed[-2]["compile"] is True
+        and parsed[-2]["activation_checkpoint"] == "SelectiveAC.Config"
+    )
+    assert parsed[-2]["training"] == parsed[len(per_island2)]["training"]
     for k in range(len(st2["islands"])):
         check_island(parsed[k], k, spec2, st2)
     for k in range(len(st1["islands"])):

@@ -57,6 +57,7 @@ def summary(config: Any) -> dict[str, Any]:
             k: getattr(par, k)
             for k in ("data_parallel_shard_degree", "data_parallel_replicate_degree")
         },
+        "compile": config.compile.enable,
         "hf_assets_path": config.hf_assets_path,
     }
 
