@@ -27,7 +27,15 @@ from pydantic import ValidationError
 from shardmeter.cost.model import CostModel
 from shardmeter.errors import ShardMeterError, SpecError, spec_error_from_validation
 from shardmeter.sim.scenario import IslandShape, IslandStepModel
-from shardmeter.spec.hardware import GPU_LOOKUP, LINK_PRESETS, GPUSpec, LinkSpec, PoolSpec
+from shardmeter.spec.hardware import (
+    GPU_LOOKUP,
+    LINK_PRESETS,
+    NETWORK_PRESETS,
+    GPUSpec,
+    LinkSpec,
+    NetworkSpec,
+    PoolSpec,
+)
 from shardmeter.spec.model import MODEL_PRESETS, TransformerSpec
 from shardmeter.spec.presets import normalise_name, resolve
 from shardmeter.spec.training import TrainingSpec
@@ -110,6 +118,10 @@ _AC = {
 }
 
 
+_REDUCE_BYTES = {"fp32": 4, "float32": 4, "bf16": 2, "bfloat16": 2}
+"""``grad_reduce_dtype`` of a point (FSDP's ``reduce_dtype``) → bytes per gradient element."""
+
+
 def _flag(point: Mapping[str, Any], key: str, default: Any) -> Any:
     value = point.get(key, default)
     return default if value is None else value
@@ -160,13 +172,37 @@ def point_specs(
     if link_name is not None:
         raw = _lookup(link_name, LINK_PRESETS, links, "inter_node_link")
         inter = raw if isinstance(raw, LinkSpec) else LinkSpec.model_validate(raw)
+    network: NetworkSpec | None = None
+    if point.get("network") is not None:
+        raw_net = _lookup(point["network"], NETWORK_PRESETS, {}, "network")
+        network = (
+            raw_net if isinstance(raw_net, NetworkSpec) else NetworkSpec.model_validate(raw_net)
+        )
+    recipe = str(_flag(point, "float8_recipe", "tensorwise")).strip().lower()
+    if recipe != "tensorwise":
+        raise SpecError(
+            "float8_recipe",
+            f"{recipe!r}: only torchao's tensorwise dynamic scaling is modelled (rowwise scales "
+            "and the rowwise-scaled GEMM are not)",
+        )
+    reduce_dtype = str(_flag(point, "grad_reduce_dtype", "fp32")).strip().lower()
+    if reduce_dtype not in _REDUCE_BYTES:
+        raise SpecError(
+            "grad_reduce_dtype",
+            f"unknown dtype {reduce_dtype!r}; known: {', '.join(_REDUCE_BYTES)}",
+        )
     training = TrainingSpec.model_validate(
         {
             "seq_len_tokens": seq,
             "global_batch_tokens": seq * mb * accumulation * nodes * gpn,
             "precision": _flag(point, "precision", "bf16"),
             "activation_checkpointing": _AC[ac_raw],
+            "activation_checkpointing_every": int(
+                _flag(point, "activation_checkpointing_every", 2)
+            ),
+            "grad_reduce_bytes": _REDUCE_BYTES[reduce_dtype],
             "torch_compile": bool(_flag(point, "torch_compile", False)),
+            "torch_compile_loss": bool(_flag(point, "torch_compile_loss", True)),
             "sharding": _flag(point, "sharding", "fsdp"),
             "shard_group_nodes": int(group_nodes or 1),
         }
@@ -178,6 +214,7 @@ def point_specs(
         nodes=nodes,
         gpus_per_node=gpn,
         inter_node_link=inter,
+        network=network,
         power_cap_watts=float(cap) if cap is not None else None,
     )
     return model, training, pool, mb, accumulation, nodes
