@@ -144,7 +144,11 @@ class FSDPDurations:
             reduce_scatter_s=(rs(root), *([rs(p.block_params)] * layers), 0.0),
             optimizer_s=slow * cm.optimizer_seconds(cm.shard_ranks(nodes, gpus_per_node)),
             reshard_after_forward=(False, *([True] * layers), False),
-            overlap_slowdown=INTERFERENCE_PER_OVERLAPPED_SECOND if ranks > 1 else 0.0,
+            overlap_slowdown=(
+                INTERFERENCE_PER_OVERLAPPED_SECOND * cm.contention_scale(nodes, gpus_per_node)
+                if ranks > 1
+                else 0.0
+            ),
         )
 
     @classmethod

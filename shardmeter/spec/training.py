@@ -139,6 +139,11 @@ class TrainingSpec(SpecModel):
     """every-micro-batch (FSDP2 default), last-micro-batch, or auto (the planner picks)."""
     torch_compile: bool = False
     """The model's blocks are compiled with ``torch.compile`` (fuses element-wise work)."""
+    torch_compile_loss: bool = True
+    """With ``torchCompile``, the loss (FP32 cross-entropy over the vocabulary) is compiled
+    too, as torchtitan does since April 2025 (``build_cross_entropy_loss``); false: only the
+    blocks, as torchtitan did until then and as training loops that call the loss outside
+    the compiled model do."""
     sharding: Sharding = Sharding.FSDP
     """fsdp (shard over the island) or hsdp (shard inside node groups, replicate across)."""
     shard_group_nodes: int = Field(default=1, ge=1, le=4096)
