@@ -15,7 +15,7 @@ from shardmeter.errors import SpecError
 from shardmeter_operator import metrics
 from shardmeter_operator.children import list_children
 from shardmeter_operator.conditions import Reason, Type, get_condition, set_condition
-from shardmeter_operator.errors import RuntimeCannotExpressError, reason_for
+from shardmeter_operator.errors import reason_for
 from shardmeter_operator.launch import (
     decision_revision,
 )
@@ -39,7 +39,7 @@ from shardmeter_operator.resources import (
     TrainingPlanPhase,
     TrainingPlanStatus,
 )
-from shardmeter_operator.runtime_manifests import launchable_run, refuse_launch
+from shardmeter_operator.workload import decide_launch, follow_workload, launch_record
 
 
 # ---- the reconciler ---------------------------------------------------------------------------
@@ -129,23 +129,27 @@ async def _plan_and_maybe_launch(
             generation,
         )
         return
-    try:  # torchtitan-FT must run the plan as planned, or nothing is recorded or created
-        launchable_run(ok.spec, st, namespace)
-    except RuntimeCannotExpressError as exc:
-        event = refuse_launch(st, exc, generation)
-        out.events += [event] if event else []
+    # torchtitan-FT must run the plan as planned and its workload must be creatable, or
+    # nothing is recorded or created
+    kind = await decide_launch(name, namespace, ok.spec, ok.pools, ctx, out, generation)
+    if kind is None:
         return
     revision = decision_revision(
         uid, ok.spec.relaunch, st.islands, st.streaming_di_lo_co, ok.spec.template
     )
     st.launch = LaunchRecord(
-        revision=revision, relaunch=ok.spec.relaunch, generation=generation, complete=False
+        revision=revision,
+        relaunch=ok.spec.relaunch,
+        generation=generation,
+        complete=False,
+        **launch_record(name, kind, ok.spec),
     )
     await create_children(name, namespace, uid, generation, ok, [], ctx, out)
     if st.launch.complete:
         children = await list_children(ctx.kube, namespace, uid)
         drift(st, generation, out)
-        follow(name, namespace, generation, children, ctx, out)
+        queued = await follow_workload(namespace, generation, children, ctx, out)
+        follow(name, namespace, generation, children, ctx, out, queued=queued)
 
 
 __all__ = [
