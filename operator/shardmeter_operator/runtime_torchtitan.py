@@ -308,7 +308,14 @@ def island_env(
 ) -> list[dict[str, Any]]:
     """Environment for every container of island ``index``: the flags for shell templates
     and, for DiLoCo, torchft's lighthouse address, manager port and timeouts."""
-    env = [{"name": ARGS_ENV, "value": shlex.join(island_flags(run, index, replica_id))}]
+    flags = island_flags(run, index, replica_id)
+    # The script expands $SHARDMETER_TORCHTITAN_ARGS unquoted: the shell splits it on spaces
+    # and removes no quotes, so every flag must be one plain word (a `$(VAR)` in it is
+    # expanded by the kubelet before the shell runs).
+    unsafe = [f for f in flags if any(c in f for c in " \t\n'\"\\*?[")]
+    if unsafe:
+        raise ValueError(f"flags a shell cannot take word by word: {unsafe}")
+    env = [{"name": ARGS_ENV, "value": " ".join(flags)}]
     if run.diloco is not None:
         env += [
             {"name": "TORCHFT_LIGHTHOUSE", "value": lighthouse},
