@@ -20,10 +20,17 @@ import yaml
 from launch_local import torchtitan_pythonpath
 from launch_local.kubelet import local_pods, trainer_argv
 from shardmeter.errors import SpecError
+from shardmeter_operator.lighthouse import lighthouse_name
 from shardmeter_operator.plancontext import apply_outcome
 from shardmeter_operator.planning import plan_outcome, plan_request
-from shardmeter_operator.resources import GPUPoolSpec, TrainingPlanSpec, TrainingPlanStatus
+from shardmeter_operator.resources import (
+    GPUPoolSpec,
+    TrainingPlanSpec,
+    TrainingPlanStatus,
+    WorkloadKind,
+)
 from shardmeter_operator.runtime_manifests import launch_manifests
+from shardmeter_operator.workload import launch_islands
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 REPO = Path(__file__).resolve().parents[1]
@@ -47,7 +54,12 @@ def case_study(*pools: str) -> tuple[TrainingPlanSpec, TrainingPlanStatus]:
     return spec, status
 
 
-def render(spec: TrainingPlanSpec, st: TrainingPlanStatus, check: bool) -> list[dict[str, Any]]:
+def render(
+    spec: TrainingPlanSpec,
+    st: TrainingPlanStatus,
+    check: bool,
+    workload: WorkloadKind = WorkloadKind.JOB,
+) -> list[dict[str, Any]]:
     return launch_manifests(
         "case",
         "default",
@@ -59,6 +71,7 @@ def render(spec: TrainingPlanSpec, st: TrainingPlanStatus, check: bool) -> list[
         revision="r",
         bench_image="b",
         check=check,
+        workload=workload,
     )
 
 
@@ -78,8 +91,9 @@ def parse(argvs: list[list[str]]) -> list[dict[str, Any]]:
 
 
 def island_argvs(manifests: list[dict[str, Any]]) -> list[list[str]]:
+    """The trainer's arguments in every island pod (a JobSet expanded as JobSet would)."""
     pods, _ = local_pods(manifests, "default")
-    return [trainer_argv(p.argv) for p in pods if "-island-" in p.name]
+    return [trainer_argv(p.argv) for p in pods if not p.name.startswith(lighthouse_name("case"))]
 
 
 def check_island(
@@ -147,6 +161,26 @@ def test_every_case_study_island_parses_as_planned() -> None:
         {**spec1.model_dump(by_alias=True), "training": training}
     )
     (compiled,) = island_argvs(render(tuned, status1, check=True))[:1]
+    # the same plan as a JobSet: one replicated Job per island shape (8 × 1 node of H200,
+    # 1 × 8 nodes of A100); each pod's replica id is JobSet's job-global-index, so g1's is 8
+    jobset_status = status2.model_copy(
+        update={"islands": launch_islands("case", status2.islands, WorkloadKind.JOBSET)}
+    )
+    (js,) = [
+        m
+        for m in render(spec2, jobset_status, check=False, workload=WorkloadKind.JOBSET)
+        if m["kind"] == "JobSet"
+    ]
+    assert [(r["name"], r["replicas"]) for r in js["spec"]["replicatedJobs"]] == [
+        ("g0", 8),
+        ("g1", 1),
+    ]
+    args = js["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    assert "--fault_tolerance.replica_id=$(SHARDMETER_ISLAND_ID)" in args["containers"][0]["args"]
+    argvs_js = island_argvs(render(spec2, jobset_status, check=False, workload=WorkloadKind.JOBSET))
+    # expanded per pod from JobSet's annotations, every island's trainer gets exactly the
+    # arguments its plain Job's pods get (and those parse as planned, below)
+    assert argvs_js == argvs2  # every pod of every island
     parsed = parse([*per_island2, *argvs1, compiled, rejected])
     assert (
         parsed[-2]["compile"] is True
