@@ -43,8 +43,13 @@ async def test_default_workload_is_a_jobset_that_restarts_then_fails(tmp_path: P
         (js,) = cluster.list("jobsets", NS)
         assert js["metadata"]["ownerReferences"][0]["kind"] == "TrainingPlan"
         assert [r["name"] for r in js["spec"]["replicatedJobs"]] == ["g0"]
-        assert js["spec"]["failurePolicy"] == {"maxRestarts": 1, "restartStrategy": "BlockingRecreate"}
-        assert [d["metadata"]["name"] for d in cluster.list("deployments", NS)] == [f"{NAME}-lighthouse"]
+        assert js["spec"]["failurePolicy"] == {
+            "maxRestarts": 1,
+            "restartStrategy": "BlockingRecreate",
+        }
+        assert [d["metadata"]["name"] for d in cluster.list("deployments", NS)] == [
+            f"{NAME}-lighthouse"
+        ]
         services = sorted(s["metadata"]["name"] for s in cluster.list("services", NS))
         assert services == sorted([NAME, f"{NAME}-lighthouse"])  # JobSet's headless Service
         # the JobSet controller's child Jobs are the islands
@@ -59,7 +64,9 @@ async def test_default_workload_is_a_jobset_that_restarts_then_fails(tmp_path: P
 
         # an island fails: JobSet recreates every island (restart 1 of 1)
         cluster.set_job_failed(NS, jobs[3]["metadata"]["name"])
-        status = await status_of(cluster, "trainingplans", NS, NAME, lambda s: s.get("restarts") == 1)
+        status = await status_of(
+            cluster, "trainingplans", NS, NAME, lambda s: s.get("restarts") == 1
+        )
         assert status["phase"] in ("Launched", "Running")
         await cluster.wait_for(lambda: len(child_jobs(cluster, 1)) == status["islandCount"])
         assert child_jobs(cluster, 0) == []  # BlockingRecreate: the previous attempt is gone
@@ -85,7 +92,9 @@ async def test_jobset_without_the_crd_is_invalid_until_jobset_is_installed(tmp_p
         status = await status_of(cluster, "trainingplans", NS, NAME, phase("Invalid"))
         valid = condition(status, "Valid")
         assert (valid["status"], valid["reason"]) == ("False", "WorkloadUnavailable")
-        assert valid["message"].startswith("spec.workload: is JobSet, but the cluster does not serve")
+        assert valid["message"].startswith(
+            "spec.workload: is JobSet, but the cluster does not serve"
+        )
         assert condition(status, "Planned")["status"] == "True"
         assert condition(status, "Launched")["status"] == "False"
         for kind in ("jobs", "services", "deployments"):
@@ -117,7 +126,7 @@ async def test_plain_jobs_when_asked_and_a_relaunch_replaces_the_jobset(tmp_path
         status = await status_of(cluster, "trainingplans", NS, NAME, phase("Launched"))
         assert status["launch"]["workload"] == "Job" and status["launch"]["jobSet"] == ""
         assert cluster.list("jobsets", NS) == []
-        assert [i["name"] for i in status["islands"]][0] == f"{NAME}-island-0"
+        assert status["islands"][0]["name"] == f"{NAME}-island-0"
         assert len(cluster.list("jobs", NS)) == status["islandCount"]
 
         # relaunch as a JobSet: the island Jobs and Services go, one JobSet comes
@@ -148,10 +157,15 @@ async def test_plain_jobs_when_asked_and_a_relaunch_replaces_the_jobset(tmp_path
             lambda s: (s.get("launch") or {}).get("relaunch") == 2 and s.get("phase") == "Launched",
         )
         (js,) = cluster.list("jobsets", NS)
-        assert js["metadata"]["labels"]["shardmeter.io/plan-revision"] == status["launch"]["revision"]
+        assert (
+            js["metadata"]["labels"]["shardmeter.io/plan-revision"] == status["launch"]["revision"]
+        )
         await cluster.wait_for(
-            lambda: {
-                j["metadata"]["labels"]["shardmeter.io/plan-revision"] for j in cluster.list("jobs", NS)
-            }
-            == {status["launch"]["revision"]}
+            lambda: (
+                {
+                    j["metadata"]["labels"]["shardmeter.io/plan-revision"]
+                    for j in cluster.list("jobs", NS)
+                }
+                == {status["launch"]["revision"]}
+            )
         )

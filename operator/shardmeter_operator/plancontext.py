@@ -31,6 +31,7 @@ from shardmeter_operator.planning import (
     plan_request,
 )
 from shardmeter_operator.resources import (
+    Condition,
     DiLoCoSettings,
     GPUPoolSpec,
     PoolCoefficients,
@@ -75,6 +76,9 @@ class PlanResult:
     status: TrainingPlanStatus
     events: list[Event] = field(default_factory=list)
     requeue_s: float | None = None
+    previous: list[Condition] = field(default_factory=list)
+    """The conditions as the reconcile found them (a problem seen again keeps its time and
+    posts no second Event)."""
 
 
 def referenced_pools(spec_raw: Mapping[str, Any]) -> set[str]:

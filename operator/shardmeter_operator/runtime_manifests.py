@@ -22,6 +22,7 @@ from shardmeter_operator.manifests import (
     owner_reference,
 )
 from shardmeter_operator.resources import (
+    Condition,
     GPUPoolSpec,
     TrainingPlanPhase,
     TrainingPlanSpec,
@@ -197,17 +198,23 @@ def with_runtime(
 
 
 def refuse_launch(
-    status: TrainingPlanStatus, exc: SpecError, generation: int
+    status: TrainingPlanStatus,
+    exc: SpecError,
+    generation: int,
+    previous: Sequence[Condition] | None = None,
 ) -> tuple[str, str, str] | None:
     """Mark a planned TrainingPlan that cannot be launched as planned — torchtitan-FT would
     run it differently (``RuntimeCannotExpress``), or its workload cannot be created
     (``WorkloadUnavailable``, ``QueueNotFound``, ``FlavorMismatch``): ``Valid=False`` naming
     the field, ``Launched=False``, phase Invalid; the plan stays in the status, nothing is
-    recorded or created. Returns the Warning Event to post when the problem is new."""
+    recorded or created. Returns the Warning Event to post when the problem is new.
+    ``previous``: the conditions before this reconcile (a refusal seen again keeps its
+    ``lastTransitionTime``)."""
     reason = reason_for(exc)
-    before = get_condition(status.conditions, Type.VALID)
+    before = get_condition(status.conditions if previous is None else previous, Type.VALID)
+    since = before.last_transition_time if before is not None and before.status == "False" else None
     status.conditions = set_condition(
-        status.conditions, Type.VALID, False, reason, str(exc), generation
+        status.conditions, Type.VALID, False, reason, str(exc), generation, now=since
     )
     status.conditions = set_condition(
         status.conditions,

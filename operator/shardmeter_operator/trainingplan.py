@@ -50,7 +50,7 @@ async def reconcile_plan(body: Mapping[str, Any], ctx: PlanContext) -> PlanResul
     spec_raw = dict(body.get("spec") or {})
     before = TrainingPlanStatus.model_validate(body.get("status") or {})
     st = before.model_copy(deep=True, update={"observed_generation": generation})
-    out = PlanResult(st)
+    out = PlanResult(st, previous=list(before.conditions))
     # Children exist only after a launch decision was recorded (or when a status was lost):
     # a plan that never launched and is not asked to needs no listing.
     listed = before.launch is not None or bool(spec_raw.get("launch"))

@@ -272,9 +272,10 @@ def _flavor_mismatches(
             events.append(
                 (
                     "Warning",
-                    "FlavorMismatch",
+                    "UnexpectedFlavor",
                     f"replicated Job {g.name} (pool {pool}) was admitted on flavor {got}, not "
-                    f"the pool's {declared}",
+                    f"the pool's {declared}: list {declared} first in the ClusterQueue, or give "
+                    f"{got} nodeLabels that contradict the pool's nodeSelector",
                 )
             )
     return events
@@ -321,7 +322,7 @@ async def decide_launch(
         kind = await decide_workload(spec, st.islands, pools, namespace, ctx.kube)
         launchable_run(spec, st, namespace, kind)  # plain Jobs: one DNS search per island
     except SpecError as exc:
-        event = refuse_launch(st, exc, generation)
+        event = refuse_launch(st, exc, generation, out.previous)
         out.events += [event] if event else []
         if isinstance(exc, WorkloadUnavailableError | QueueNotFoundError | FlavorError):
             out.requeue_s = ctx.cfg.recheck_interval_s  # installed or created elsewhere

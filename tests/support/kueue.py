@@ -31,6 +31,7 @@ topology-aware scheduling, partial admission, priorities.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import hashlib
 import re
@@ -161,12 +162,13 @@ class Kueue:
     # ---- reconciling -------------------------------------------------------------------------
     def reconcile(self) -> None:
         """One pass: Workloads for queued objects, then admission in creation order."""
-        for js in self.emu.select(JOBSETS):
-            self._ensure_workload(js, "JobSet", JOBSETS.group)
+        with contextlib.suppress(kmock.KubernetesError):  # JobSet may not be installed
+            for js in self.emu.select(JOBSETS):
+                self._ensure_workload(js, "JobSet", JOBSETS.group)
         for job in self.emu.select(JOBS):
-            owned = any(r.get("controller") for r in job["metadata"].get("ownerReferences") or [])
-            if not owned:
-                self._ensure_workload(job, "Job", "batch")
+            refs = job["metadata"].get("ownerReferences") or []
+            if not any(r.get("controller") and r.get("kind") == "JobSet" for r in refs):
+                self._ensure_workload(job, "Job", "batch")  # a JobSet's Jobs are its Workload's
         workloads = sorted(
             self.emu.select(WORKLOADS), key=lambda w: int(w["metadata"]["resourceVersion"])
         )
