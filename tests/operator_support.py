@@ -122,3 +122,54 @@ async def status_of(
 
 def condition(status: dict[str, Any], type_: str) -> dict[str, Any]:
     return next(c for c in status.get("conditions", []) if c["type"] == type_)
+
+
+# ---- Kueue objects (the simulated Kueue of support/kueue.py serves them) ----------------------
+def flavor(
+    name: str, labels: dict[str, str], taints: list[dict[str, str]] | None = None
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {"nodeLabels": labels}
+    if taints:
+        spec["nodeTaints"] = taints
+    return {
+        "apiVersion": "kueue.x-k8s.io/v1beta1",
+        "kind": "ResourceFlavor",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+
+
+def cluster_queue(gpus: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "kueue.x-k8s.io/v1beta1",
+        "kind": "ClusterQueue",
+        "metadata": {"name": "gpus"},
+        "spec": {
+            "namespaceSelector": {},
+            "resourceGroups": [
+                {
+                    "coveredResources": ["nvidia.com/gpu"],
+                    "flavors": [
+                        {
+                            "name": "h200",
+                            "resources": [{"name": "nvidia.com/gpu", "nominalQuota": gpus}],
+                        }
+                    ],
+                }
+            ],
+        },
+    }
+
+
+LOCAL_QUEUE = {
+    "apiVersion": "kueue.x-k8s.io/v1beta1",
+    "kind": "LocalQueue",
+    "metadata": {"name": "team-a", "namespace": "default"},
+    "spec": {"clusterQueue": "gpus"},
+}
+
+
+def with_flavor(pool: dict[str, Any], name: str) -> dict[str, Any]:
+    out = copy.deepcopy(pool)
+    out["spec"]["kueue"] = {"flavor": name}
+    return out

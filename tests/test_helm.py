@@ -541,8 +541,17 @@ async def _operator_scenario(tmp_path: Path, namespaces: tuple[str, ...]) -> lis
     Services), pods rejected, a relaunch (children listed and deleted), a plan queued in Kueue
     as a JobSet (CRDs, LocalQueue and ResourceFlavor read, Workloads followed) and relaunched,
     status patches and Events. Returns the operator's requests."""
-    from operator_support import apply, manifest, operator_cluster, status_of, variant
-    from test_kueue_operator import LOCAL_QUEUE, cluster_queue, flavor, with_flavor
+    from operator_support import (
+        LOCAL_QUEUE,
+        apply,
+        cluster_queue,
+        flavor,
+        manifest,
+        operator_cluster,
+        status_of,
+        variant,
+        with_flavor,
+    )
 
     pool_a, pool_b, plan = (
         manifest("gpupool-cluster-a.yaml"),
@@ -600,8 +609,9 @@ async def _operator_scenario(tmp_path: Path, namespaces: tuple[str, ...]) -> lis
         admitted = {"type": "Admitted", "status": "True"}
 
         def admitted_at(relaunch: int) -> Any:
-            return lambda s: (s.get("launch") or {}).get("relaunch") == relaunch and any(
-                admitted.items() <= c.items() for c in s.get("conditions", [])
+            return lambda s: (
+                (s.get("launch") or {}).get("relaunch") == relaunch
+                and any(admitted.items() <= c.items() for c in s.get("conditions", []))
             )
 
         await status_of(cluster, "trainingplans", "default", "queued", admitted_at(0))

@@ -70,8 +70,10 @@ async def test_default_workload_is_a_jobset_that_restarts_then_fails(tmp_path: P
         assert status["phase"] in ("Launched", "Running")
         await cluster.wait_for(lambda: len(child_jobs(cluster, 1)) == status["islandCount"])
         assert child_jobs(cluster, 0) == []  # BlockingRecreate: the previous attempt is gone
-        events = [e for e in cluster.list("events", NS) if e.get("reason") == "JobSetRestarted"]
-        assert events and events[0]["type"] == "Warning"
+        events = await cluster.wait_for(
+            lambda: [e for e in cluster.list("events", NS) if e.get("reason") == "JobSetRestarted"]
+        )
+        assert events[0]["type"] == "Warning"
         for job in child_jobs(cluster, 1):
             cluster.set_job_running(NS, job["metadata"]["name"])
         await status_of(cluster, "trainingplans", NS, NAME, phase("Running"))

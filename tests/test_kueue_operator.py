@@ -7,71 +7,31 @@ assign is refused; plain Jobs are admitted one by one."""
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from operator_support import apply, condition, manifest, operator_cluster, status_of, variant
+from operator_support import (
+    LOCAL_QUEUE,
+    apply,
+    cluster_queue,
+    condition,
+    flavor,
+    manifest,
+    operator_cluster,
+    status_of,
+    variant,
+    with_flavor,
+)
 from support.kueue import WORKLOADS, Kueue
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(120)]
 POOL = manifest("gpupool-cluster-a.yaml")
 PLAN = manifest("trainingplan.yaml")
-NAME, NS, QUEUE = "llama-8b-case-study", "default", "team-a"
+NAME, NS, QUEUE = "llama-8b-case-study", "default", "team-a"  # LOCAL_QUEUE's name
 QUEUED = {"launch": True, "pools": [{"name": "cluster-a"}], "queueName": QUEUE}
 H200 = {"node.kubernetes.io/instance-type": "h200-8x"}
-
-
-def flavor(
-    name: str, labels: dict[str, str], taints: list[dict[str, str]] | None = None
-) -> dict[str, Any]:
-    spec: dict[str, Any] = {"nodeLabels": labels}
-    if taints:
-        spec["nodeTaints"] = taints
-    return {
-        "apiVersion": "kueue.x-k8s.io/v1beta1",
-        "kind": "ResourceFlavor",
-        "metadata": {"name": name},
-        "spec": spec,
-    }
-
-
-def cluster_queue(gpus: int) -> dict[str, Any]:
-    return {
-        "apiVersion": "kueue.x-k8s.io/v1beta1",
-        "kind": "ClusterQueue",
-        "metadata": {"name": "gpus"},
-        "spec": {
-            "namespaceSelector": {},
-            "resourceGroups": [
-                {
-                    "coveredResources": ["nvidia.com/gpu"],
-                    "flavors": [
-                        {
-                            "name": "h200",
-                            "resources": [{"name": "nvidia.com/gpu", "nominalQuota": gpus}],
-                        }
-                    ],
-                }
-            ],
-        },
-    }
-
-
-LOCAL_QUEUE = {
-    "apiVersion": "kueue.x-k8s.io/v1beta1",
-    "kind": "LocalQueue",
-    "metadata": {"name": QUEUE, "namespace": NS},
-    "spec": {"clusterQueue": "gpus"},
-}
-
-
-def with_flavor(pool: dict[str, Any], name: str) -> dict[str, Any]:
-    out = copy.deepcopy(pool)
-    out["spec"]["kueue"] = {"flavor": name}
-    return out
 
 
 def phase(value: str) -> Any:
@@ -245,3 +205,24 @@ async def test_a_queue_without_kueue_is_invalid(tmp_path: Path) -> None:
             f"spec.queueName: is {QUEUE}, but the cluster does not serve kueue.x-k8s.io/v1beta1"
         )
         assert cluster.list("jobsets", NS) == []
+
+
+async def test_the_examples_queue_and_admit(tmp_path: Path) -> None:
+    """examples/kueue.yaml and examples/trainingplan-queued.yaml, as the README applies them."""
+    examples = Path(__file__).resolve().parents[1] / "examples"
+    async with operator_cluster(tmp_path, jobset=True, kueue=True) as cluster:
+        await cluster.kubectl("apply", "-f", str(examples / "kueue.yaml"))
+        await apply(cluster, with_flavor(POOL, "h200"))
+        await cluster.kubectl("apply", "-f", str(examples / "trainingplan-queued.yaml"))
+        status = await status_of(
+            cluster, "trainingplans", NS, "llama-8b-queued", is_("Admitted", "True")
+        )
+        assert status["launch"]["workload"] == "JobSet" and status["launch"]["queueName"] == QUEUE
+        assert condition(status, "Admitted")["message"].endswith("flavors: g0 → h200")
+        (js,) = cluster.list("jobsets", NS)
+        assert js["spec"]["failurePolicy"]["maxRestarts"] == 2
+        wide = (
+            await cluster.kubectl("get", "trainingplan", "llama-8b-queued", "-o", "wide")
+        ).stdout
+        assert wide.split("\n")[0].split()[-4:] == ["WORKLOAD", "ADMITTED", "RESTARTS", "AGE"]
+        assert wide.split("\n")[1].split()[-4:-1] == ["JobSet", "True", "0"]
