@@ -50,11 +50,11 @@ async def test_default_workload_is_a_jobset_that_restarts_then_fails(tmp_path: P
         assert [d["metadata"]["name"] for d in cluster.list("deployments", NS)] == [
             f"{NAME}-lighthouse"
         ]
-        services = sorted(s["metadata"]["name"] for s in cluster.list("services", NS))
-        assert services == sorted([NAME, f"{NAME}-lighthouse"])  # JobSet's headless Service
         # the JobSet controller's child Jobs are the islands
         await cluster.wait_for(lambda: len(child_jobs(cluster)) == status["islandCount"])
         jobs = child_jobs(cluster)
+        services = sorted(s["metadata"]["name"] for s in cluster.list("services", NS))
+        assert services == sorted([NAME, f"{NAME}-lighthouse"])  # JobSet's headless Service
         assert [i["name"] for i in status["islands"]] == [j["metadata"]["name"] for j in jobs]
         assert status["jobs"] == [i["name"] for i in status["islands"]]
         for job in jobs:

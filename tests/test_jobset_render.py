@@ -252,3 +252,32 @@ def test_admission_is_all_of_the_plans_workloads() -> None:
     assert both.admitted.status and both.waiting == ""
     assert both.flavors == {"g0": "h200"}  # the GPUs' flavor
     assert both.admitted.message == "2 Workload(s) in ClusterQueue gpus; flavors: g0 → h200"
+
+
+@pytest.mark.parametrize(
+    ("reason", "rechecked"),
+    [
+        ("QueueNotFound", True),
+        ("WorkloadUnavailable", True),
+        ("FlavorMismatch", True),
+        ("RuntimeCannotExpress", False),  # only a spec edit fixes that
+    ],
+)
+def test_a_refusal_fixed_elsewhere_is_rechecked_on_any_event(reason: str, rechecked: bool) -> None:
+    """Also after an operator restart (its in-process recheck timers are gone): installing
+    JobSet or Kueue or creating the LocalQueue changes nothing the plan's watch would see."""
+    from shardmeter_operator.plancontext import PoolView, needs_work
+
+    valid = {
+        "type": "Valid",
+        "status": "False",
+        "reason": reason,
+        "message": "m",
+        "lastTransitionTime": "t",
+    }
+    body = {
+        "metadata": {"generation": 1},
+        "spec": {"pools": [{"name": "cluster-a"}]},
+        "status": {"observedGeneration": 1, "phase": "Invalid", "conditions": [valid]},
+    }
+    assert needs_work(body, {"cluster-a": PoolView({}, {})}) is rechecked

@@ -92,7 +92,11 @@ async def test_a_queued_jobset_starts_all_islands_once_kueue_admits_it(tmp_path:
         )
         assert admitted[0]["involvedObject"]["kind"] == "TrainingPlan"
         await cluster.wait_for(
-            lambda: not any(j["spec"]["suspend"] for j in cluster.list("jobs", NS))
+            lambda: (
+                (jobs := cluster.list("jobs", NS))
+                and len(jobs) == status["islandCount"]
+                and not any(j["spec"]["suspend"] for j in jobs)
+            )
         )
         jobs = cluster.list("jobs", NS)
         assert len(jobs) == status["islandCount"]

@@ -50,6 +50,7 @@ from shardmeter_operator.workload import (
     launch_record,
     launched_message,
     rendered_pools,
+    used_pools,
 )
 
 
@@ -228,7 +229,7 @@ async def create_children(
             uid,
             ok.spec,
             st,
-            await rendered_pools(ok.pools, st.launch.queue_name, ctx.kube),
+            await rendered_pools(used_pools(ok.pools, st.islands), st.launch.queue_name, ctx.kube),
             plan_json=plan_json,
             revision=st.launch.revision,
             bench_image=ctx.cfg.bench_image,

@@ -81,6 +81,11 @@ class PlanResult:
     posts no second Event)."""
 
 
+ELSEWHERE = (Reason.WORKLOAD_UNAVAILABLE, Reason.QUEUE_NOT_FOUND, Reason.FLAVOR_MISMATCH)
+"""Refusals whose fix lies outside the plan and its pools: such a plan is rechecked on
+every event (and every ``--recheck-interval``), also after the operator restarts."""
+
+
 def referenced_pools(spec_raw: Mapping[str, Any]) -> set[str]:
     return {str(p.get("name")) for p in spec_raw.get("pools") or [] if isinstance(p, Mapping)}
 
@@ -104,6 +109,8 @@ def needs_work(body: Mapping[str, Any], pools: Mapping[str, PoolView]) -> bool:
     valid = get_condition(status.conditions, Type.VALID)
     if valid is not None and valid.reason in (Reason.POOL_NOT_FOUND, Reason.POOL_INVALID):
         return all(n in pools and not pools[n].problem for n in names)
+    if valid is not None and valid.status == "False" and valid.reason in ELSEWHERE:
+        return True  # fixed by installing JobSet or Kueue, a LocalQueue, a ResourceFlavor
     if status.phase is TrainingPlanPhase.INVALID:
         return False
     if any(n not in pools or pools[n].problem for n in names):

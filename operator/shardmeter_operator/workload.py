@@ -84,16 +84,23 @@ async def decide_workload(
         )
     if spec.queue_name:
         await _check_queue(spec.queue_name, namespace, kube)
-        await rendered_pools(pools, spec.queue_name, kube)
+        await rendered_pools(used_pools(pools, islands), spec.queue_name, kube)
         groups = len(jobsets.island_groups(islands))
         if kind is WorkloadKind.JOBSET and groups > kueue.MAX_POD_SETS:
-            raise QueueNotFoundError(
+            raise WorkloadUnavailableError(
                 "spec.queueName",
                 f"Kueue admits a JobSet as one Workload of at most {kueue.MAX_POD_SETS} pod "
                 f"sets (one per replicated Job), and this plan's islands come in {groups} "
                 "shapes: lower spec.constraints.maxIslands or use fewer pools",
             )
     return kind
+
+
+def used_pools(
+    pools: Mapping[str, GPUPoolSpec], islands: Sequence[IslandStatus]
+) -> dict[str, GPUPoolSpec]:
+    """The pools some island runs on (only their flavors matter)."""
+    return {name: pools[name] for name in sorted({i.pool for i in islands})}
 
 
 async def _check_queue(queue: str, namespace: str, kube: Kube) -> None:
@@ -328,6 +335,7 @@ async def decide_launch(
             out.requeue_s = ctx.cfg.recheck_interval_s  # installed or created elsewhere
         return None
     st.islands = launch_islands(name, st.islands, kind)
+    st.restarts = 0  # a new launch: no JobSet has restarted it yet
     return kind
 
 
