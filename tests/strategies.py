@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import random
+from typing import Any
+
 from hypothesis import strategies as st
 
 from shardmeter.spec.model import MLPKind, TransformerSpec
@@ -24,3 +27,70 @@ def transformer_specs(draw: st.DrawFn, max_hidden_heads: int = 64) -> Transforme
         tie_embeddings=draw(st.booleans()),
         mlp_kind=draw(st.sampled_from(list(MLPKind))),
     )
+
+
+GPU_PRESETS = ["a100", "h100", "h200", "l40s"]
+WAN_PRESETS = ["wan-10g-30ms", "wan-1g-80ms", "wan-100g-10ms"]
+
+
+@st.composite
+def tiny_plans(draw: st.DrawFn) -> dict[str, Any]:
+    """Small planning requests a brute force can enumerate in a fraction of a second: a
+    one-to-four-block model, one to three pools of one to three nodes with one, two or four
+    GPUs each, a global batch of up to a dozen sequences, both runtimes, every strategy and
+    random convergence guard-rails. Drawn from a seed with uniform choices (hypothesis' own
+    choices favour the simplest values), so multi-pool plans and both runtimes are common;
+    prices are continuous, so plans rarely tie on cost."""
+    rnd = random.Random(draw(st.integers(0, 2**32 - 1)))
+    pools = []
+    for i in range(rnd.choice([1, 2, 2, 3, 3, 3, 3])):
+        pools.append(
+            {
+                "name": f"p{i}",
+                "gpu": rnd.choice(GPU_PRESETS),
+                "nodes": rnd.randint(1, 3),
+                "gpusPerNode": rnd.choice([1, 2, 4]),
+                "site": rnd.choice(["a", "a", "b"]),
+                "wanUplink": rnd.choice(WAN_PRESETS),
+                "pricePerGpuHourUsd": round(rnd.uniform(0.5, 4.0), 6),
+                **({"maxNodes": rnd.randint(1, 2)} if rnd.random() < 0.1 else {}),
+            }
+        )
+    kind = rnd.choice(["streaming-diloco"] * 4 + ["diloco", "fsdp"])
+    seq = 256
+    strategy: dict[str, Any] = {
+        "kind": kind,
+        "outerPrecision": rnd.choice(["bf16", "fp32"]),
+        "maxSyncEvery": rnd.choice([10, 20, 50, 500]),
+        "maxFragmentSyncDelay": rnd.choice([0, 1, 2, 5]),
+    }
+    constraints: dict[str, Any] = {
+        "maxIslands": rnd.choice([1, 2, 3, 4, 4]),
+        "globalBatchTolerance": rnd.choice([0.0, 0.1, 0.25, 0.5]),
+    }
+    if rnd.random() < 0.3:
+        constraints["maxGpus"] = rnd.randint(1, 8)
+    if rnd.random() < 0.2:
+        constraints["minGpusPerIsland"] = rnd.randint(1, 2)
+    return {
+        "model": {
+            "name": "tiny",
+            "hiddenSize": 256,
+            "numLayers": rnd.randint(1, 4),
+            "numAttentionHeads": 4,
+            "numKeyValueHeads": 2,
+            "intermediateSize": 512,
+            "vocabSize": 1000,
+        },
+        "training": {
+            "seqLenTokens": seq,
+            "globalBatchTokens": seq * rnd.randint(1, 12),
+            "totalTokens": 10**9,
+            "activationCheckpointing": rnd.random() < 0.5,
+        },
+        "strategy": strategy,
+        "pools": pools,
+        "constraints": constraints,
+        "runtime": rnd.choice(["torchtitan-ft", "weighted"]),
+        "objective": {"kind": "min-time"},
+    }

@@ -1,0 +1,189 @@
+"""Lower bounds for branch and bound: what any extension of a partial layout can achieve.
+
+A node of the search is a layout X whose last used pool is at position j of the search order;
+its *descendants* add at least one option from the pools after j. Every bound below holds for
+all of them (so pruning never loses a plan), and tables over the pools after each position
+(*suffix* tables) make them cheap:
+
+* **inner step** — ``runtime: torchtitan-ft``: at cell c the descendants need
+  m(c) = max(1, ⌈lo/c⌉ − K_X) more islands, and ``N[j][c][m]``, the least step time at which
+  the pools after j can field m islands at cell c (each pool offers one shape with any k up to
+  its maximum), is exact; so T ≥ min_c max(M_X[c], N[j][c][m(c)]).
+  ``runtime: weighted``: at any step θ the descendants process at most X's most cells at θ
+  plus the new option's plus ``MS[j][islands left][θ]`` (a knapsack of the suffix pools'
+  largest configurations at θ, on a geometric grid of θ); T is at least the grid point below
+  the first θ where that reaches lo, and at least every chosen island's fastest step;
+* **outer level** — at least the largest outer optimizer step chosen so far over the largest
+  ``syncEvery`` allowed;
+* **cost** — rate × time, the rate at least X's plus the cheapest way the suffix can supply
+  the missing islands (torchtitan-ft, per cell, exact knapsack) or cells (weighted, knapsack
+  of the largest configurations within the time cap).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from shardmeter.plan.configs import BatchGrid
+from shardmeter.plan.options import OptionTable
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+INF = np.inf
+GRID_POINTS = 512
+
+
+class SuffixTables:
+    """Suffix tables for one search order (see the module docstring)."""
+
+    def __init__(
+        self,
+        table: OptionTable,
+        order: Sequence[int],
+        groups: Sequence[IntArray],
+        grid: BatchGrid,
+        max_islands: int,
+        equal: bool,
+    ) -> None:
+        self.table = table
+        self.order = list(order)
+        self.groups = list(groups)
+        """Option indices of each pool, by position in ``order``."""
+        self.grid = grid
+        self.kmax = max_islands
+        self.equal = equal
+        n = len(order)
+        width = grid.hi + 1
+        steps = table.steps
+        finite = steps[np.isfinite(steps)]
+        lo_t = float(finite.min()) if len(finite) else 1.0
+        hi_t = float(finite.max()) if len(finite) else 1.0
+        self.theta = np.unique(
+            np.concatenate([np.geomspace(lo_t, hi_t * (1 + 1e-12), GRID_POINTS), [lo_t, hi_t]])
+        )
+        self.row_min_step = np.array(
+            [float(r[np.isfinite(r)].min()) if np.isfinite(r).any() else INF for r in steps]
+        )
+        if equal:
+            self.n_table = self._islands_table(n, width)
+        else:
+            self.maxcell = self._maxcell()  # (rows × θ grid)
+            self.ms_table = self._max_sum_table(n)
+        self.rate_table: FloatArray | None = None
+        self.cap_s: float = INF
+
+    # ---- torchtitan-ft: islands per cell ------------------------------------------------------
+    def _islands_table(self, n: int, width: int) -> FloatArray:
+        """N[j][c][m]: least step at which pools at positions ≥ j field m islands at cell c."""
+        t = self.table
+        kmax = self.kmax
+        out = np.full((n + 1, width, kmax + 1), INF)
+        out[:, :, 0] = 0.0
+        for j in range(n - 1, -1, -1):
+            nxt = out[j + 1]
+            cur = nxt.copy()
+            for o in self.groups[j]:
+                k = int(t.islands[o])
+                if k > kmax:
+                    continue
+                f = t.steps[t.row[o]][:, None]  # (cells, 1)
+                cand = np.maximum(f, nxt[:, : kmax + 1 - k])
+                np.minimum(cur[:, k:], cand, out=cur[:, k:])
+            out[j] = cur
+        # "at least m islands" (a relaxation of exactly m; equal when N grows with m)
+        return np.minimum.accumulate(out[:, :, ::-1], axis=2)[:, :, ::-1]
+
+    def rates_per_cell(self, cap_s: float) -> None:
+        """R[j][c][m]: least $/h with which pools at positions ≥ j field at least m islands at
+        cell c, every island within ``cap_s`` (torchtitan-ft)."""
+        t = self.table
+        n, kmax = len(self.order), self.kmax
+        width = self.grid.hi + 1
+        out = np.full((n + 1, width, kmax + 1), INF)
+        out[:, :, 0] = 0.0
+        for j in range(n - 1, -1, -1):
+            nxt = out[j + 1]
+            cur = nxt.copy()
+            for o in self.groups[j]:
+                k = int(t.islands[o])
+                if k > kmax:
+                    continue
+                ok = (t.steps[t.row[o]] <= cap_s)[:, None]
+                rate = float(t.usd_per_hour[o])
+                # at least m islands: k islands cover m ≤ k, the rest from later pools
+                prev = np.concatenate(
+                    [np.zeros((width, 1)).repeat(k, axis=1), nxt[:, : kmax + 1 - k]], axis=1
+                )
+                cand = np.where(ok, prev + rate, INF)
+                np.minimum(cur, cand, out=cur)
+            out[j] = cur
+        self.rate_table = out
+        self.cap_s = cap_s
+
+    # ---- weighted: cells per step time --------------------------------------------------------
+    def _maxcell(self) -> IntArray:
+        """(rows × θ grid): the most cells one island of each shape processes within θ."""
+        steps = self.table.steps
+        out = np.zeros((len(steps), len(self.theta)), dtype=np.int64)
+        for r, row in enumerate(steps):
+            cells = np.flatnonzero(np.isfinite(row))
+            if not len(cells):
+                continue
+            order = np.argsort(row[cells], kind="stable")
+            best = np.maximum.accumulate(cells[order])
+            pos = np.searchsorted(row[cells][order], self.theta, side="right") - 1
+            out[r] = np.where(pos >= 0, best[np.maximum(pos, 0)], 0)
+        return out
+
+    def _max_sum_table(self, n: int) -> IntArray:
+        """MS[j][m][θ]: the most cells pools at positions ≥ j process with ≤ m islands."""
+        t = self.table
+        kmax, g = self.kmax, len(self.theta)
+        out = np.zeros((n + 1, kmax + 1, g), dtype=np.int64)
+        for j in range(n - 1, -1, -1):
+            nxt = out[j + 1]
+            cur = nxt.copy()
+            for o in self.groups[j]:
+                k = int(t.islands[o])
+                if k > kmax:
+                    continue
+                gain = k * self.maxcell[t.row[o]]
+                cand = np.where(gain[None, :] > 0, nxt[: kmax + 1 - k] + gain[None, :], 0)
+                np.maximum(cur[k:], cand, out=cur[k:])
+            out[j] = np.maximum.accumulate(cur, axis=0)
+        return out
+
+    def rates_per_sum(self, cap_s: float) -> None:
+        """MR[j][m][s]: least $/h with which pools at positions ≥ j add at least s cells with
+        ≤ m islands, each at its largest configuration within ``cap_s`` (weighted)."""
+        t = self.table
+        n, kmax, hi = len(self.order), self.kmax, self.grid.hi
+        gi = int(np.searchsorted(self.theta, cap_s, side="right")) - 1
+        out = np.full((n + 1, kmax + 1, hi + 1), INF)
+        out[:, :, 0] = 0.0
+        s = np.arange(hi + 1)
+        for j in range(n - 1, -1, -1):
+            nxt = out[j + 1]
+            cur = nxt.copy()
+            for o in self.groups[j]:
+                k = int(t.islands[o])
+                if k > kmax:
+                    continue
+                if np.isfinite(cap_s):
+                    # the most cells within the cap, exactly (not on the grid)
+                    row = t.steps[t.row[o]]
+                    cells = np.flatnonzero(row <= cap_s)
+                    c = int(cells.max()) if len(cells) else 0
+                else:
+                    c = int(self.maxcell[t.row[o], -1]) if gi >= 0 else 0
+                if c <= 0:
+                    continue
+                rate = float(t.usd_per_hour[o])
+                cand = nxt[: kmax + 1 - k][:, np.maximum(s - k * c, 0)] + rate
+                np.minimum(cur[k:], cand, out=cur[k:])
+            out[j] = np.minimum.accumulate(cur[:, ::-1], axis=1)[:, ::-1]
+        self.rate_table = out
+        self.cap_s = cap_s
