@@ -7,6 +7,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
+from shardmeter.plan.schema import PlanSpec
 from shardmeter.spec.model import MLPKind, TransformerSpec
 
 
@@ -94,3 +95,61 @@ def tiny_plans(draw: st.DrawFn) -> dict[str, Any]:
         "runtime": rnd.choice(["torchtitan-ft", "weighted"]),
         "objective": {"kind": "min-time"},
     }
+
+
+TINY = {
+    "name": "tiny",
+    "hiddenSize": 512,
+    "numLayers": 4,
+    "numAttentionHeads": 8,
+    "numKeyValueHeads": 4,
+    "intermediateSize": 1536,
+    "vocabSize": 8000,
+}
+GPUS = [("a100", 1.19), ("h100", 2.49), ("h200", 3.59), ("l40s", 0.86)]
+
+
+def random_spec(
+    seed: int,
+    strategy: str = "streaming-diloco",
+    objective: dict | None = None,
+    runtime: str = "weighted",
+) -> PlanSpec:
+    """A fixed medium instance per seed: 2–3 pools of up to 4 nodes × 4 GPUs, a tiny model,
+    batches of 8–24 sequences."""
+    rnd = random.Random(seed)
+    pools = []
+    for i in range(rnd.choice([2, 3])):
+        gpu, price = rnd.choice(GPUS)
+        pools.append(
+            {
+                "name": f"p{i}",
+                "gpu": gpu,
+                "nodes": rnd.randint(1, 4),
+                "gpusPerNode": rnd.choice([2, 4]),
+                "site": rnd.choice(["a", "b"]),
+                "wanUplink": rnd.choice(["wan-10g-30ms", "wan-1g-80ms"]),
+                "pricePerGpuHourUsd": round(price * rnd.uniform(0.8, 1.2), 3),
+            }
+        )
+    seq = 512
+    return PlanSpec.model_validate(
+        {
+            "model": TINY,
+            "training": {
+                "seqLenTokens": seq,
+                "globalBatchTokens": seq * rnd.choice([8, 12, 16, 24]),
+                "totalTokens": 10**9,
+            },
+            "strategy": {"kind": strategy, "outerPrecision": rnd.choice(["bf16", "fp32"])},
+            "pools": pools,
+            "constraints": {
+                "maxIslands": rnd.choice([2, 3, 4]),
+                "globalBatchTolerance": rnd.choice([0.0, 0.1]),
+            },
+            "objective": objective or {"kind": "min-time"},
+            "runtime": runtime,
+        }
+    )
+
+

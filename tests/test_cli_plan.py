@@ -117,4 +117,4 @@ def test_infeasible_plan_exits_2_naming_the_constraint(tmp_path: Path) -> None:
         check=False,
     )
     assert result.returncode == 2
-    assert "per island for memory; maxGpusPerIsland is 2" in result.stderr
+    assert "per island for memory; constraints.maxGpusPerIsland is 2" in result.stderr

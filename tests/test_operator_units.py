@@ -196,6 +196,7 @@ def test_plan_status_matches_the_cli_answer() -> None:
         {},
     )
     cli_spec, _ = load_plan(REPO / "examples" / "case-study.yaml")
+    cli_spec = cli_spec.model_copy(update={"runtime": spec.runtime})  # the study is weighted
     cli = build_result(search(cli_spec)).chosen
     assert outcome.status["plan"] == cli.label
     assert outcome.status["predictions"]["tokensPerSecond"] == pytest.approx(

@@ -15,7 +15,7 @@ from shardmeter.errors import InfeasibleError
 from shardmeter.plan.result import PlanSummary, build_result, summarise
 from shardmeter.plan.schema import PlanSpec
 from shardmeter.plan.search import search
-from strategies import tiny_plans
+from strategies import random_spec, tiny_plans
 
 REL = 1e-6
 STATS = {"instances": 0, "feasible": 0, "seconds": 0.0}
@@ -134,3 +134,23 @@ def test_branch_and_bound_objective_matches_brute_force(
     assert layout(chosen) == best.layout
     assert chosen.hours * 3600 == pytest.approx(best.time_s, rel=REL)
     assert chosen.cost_usd == pytest.approx(best.cost_usd, rel=REL)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("runtime", ["torchtitan-ft", "weighted"])
+@pytest.mark.parametrize("strategy", ["streaming-diloco", "diloco", "fsdp"])
+def test_medium_instances_match_brute_force(seed: int, runtime: str, strategy: str) -> None:
+    """Larger instances (up to 3 pools × 4 nodes × 4 GPUs, batches of 8–24 sequences) in
+    every search mode."""
+    spec = random_spec(seed, strategy, runtime=runtime)
+    raw = spec.model_dump(by_alias=True)
+    for mode in ("exhaustive", "frontier"):
+        check(raw, mode)
+    refs = frontier(brute_force(spec))
+    for objective in ({"kind": "min-cost"}, {"kind": "throughput-fraction", "throughputFraction": 0.9}):
+        if not refs:
+            continue
+        s = PlanSpec.model_validate({**raw, "objective": objective})
+        chosen = build_result(search(s, force_mode="objective")).chosen
+        assert layout(chosen) == expected_choice(refs, objective).layout

@@ -89,7 +89,13 @@ def evaluate_fixed(
         def all_reduce(f: int) -> list[float]:
             return fragment_all_reduce_seconds(spec.model, spec.strategy, link, len(islands), f)
 
-        recommended = search_settings(sync_every, slowest, all_reduce, spec.model.num_layers)
+        recommended = search_settings(
+            sync_every,
+            slowest,
+            all_reduce,
+            spec.model.num_layers,
+            max_delay=spec.strategy.max_fragment_sync_delay,
+        )
     tokens_per_s = t.global_batch_tokens / eff
     hours = t.total_tokens / tokens_per_s / 3600
     mfu = (
