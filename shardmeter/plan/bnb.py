@@ -285,11 +285,12 @@ class TreeSearch:
             step_s = equal_extend(np.zeros(g.hi + 1), t.steps, rows, ks, g.lo, g.hi)
         else:
             step_s = weighted_last(node.state, t.steps, rows, ks, g.lo, g.hi)
-        choice = np.repeat(node.choice[None, :], n, axis=0)
-        choice[np.arange(n), t.pool[opts]] = opts
-        scored = ev.score(choice, step_s)
         self.scored += n
-        self._record(scored)
+        meets = np.flatnonzero(np.isfinite(step_s))  # the others cannot meet the batch
+        if len(meets):
+            choice = np.repeat(node.choice[None, :], len(meets), axis=0)
+            choice[np.arange(len(meets)), t.pool[opts[meets]]] = opts[meets]
+            self._record(ev.score(choice, step_s[meets]))
         return self._bounds(node, opts)
 
     def _record(self, ev: Evaluation) -> None:

@@ -52,8 +52,11 @@ MAX_CELLS = 8192
 MICRO_BATCH_BUDGET = 256
 """Shapes with at most this many micro-batch candidates try every one."""
 
-SMALL_MICRO_BATCHES = 32
-"""When sampling, every micro-batch up to this many quanta is still tried."""
+SAMPLED_MICRO_BATCHES = 48
+"""Beyond the budget, this many micro-batches are tried per shape …"""
+
+SMALL_MICRO_BATCHES = 16
+"""… every one up to this many quanta, then geometrically spaced up to the maximum."""
 
 
 @dataclass(frozen=True)
@@ -115,13 +118,16 @@ def variant_cost_model(base: CostModel, variant: ConfigVariant) -> CostModel:
 
 
 def micro_batch_candidates(upper: int, step: int = 1, budget: int = MICRO_BATCH_BUDGET) -> list[int]:
-    """Multiples of ``step`` up to ``upper``: all of them when at most ``budget``, else the
-    first `SMALL_MICRO_BATCHES` and a geometric sample up to ``upper`` (always included)."""
+    """Multiples of ``step`` up to ``upper``: all of them when at most ``budget``, else
+    `SAMPLED_MICRO_BATCHES` of them — the first `SMALL_MICRO_BATCHES`, then geometrically
+    spaced up to ``upper`` (always included)."""
     count = upper // step
     if count <= budget:
         return [step * i for i in range(1, count + 1)]
     small = list(range(1, SMALL_MICRO_BATCHES + 1))
-    rest = np.geomspace(SMALL_MICRO_BATCHES + 1, count, budget - SMALL_MICRO_BATCHES)
+    rest = np.geomspace(
+        SMALL_MICRO_BATCHES + 1, count, SAMPLED_MICRO_BATCHES - SMALL_MICRO_BATCHES
+    )
     picks = sorted({*small, *(int(round(x)) for x in rest), count})
     return [step * i for i in picks]
 
@@ -176,6 +182,40 @@ def _durations_dominate(a: FSDPDurations, b: FSDPDurations) -> bool:
     return True
 
 
+@dataclass(frozen=True)
+class MicroBatchPlan:
+    """The micro-batches one variant of a shape tries."""
+
+    micro_batches: tuple[int, ...]
+    b_max: int
+    """Memory maximum without accumulation."""
+    b_acc: int
+    """Memory maximum with accumulation."""
+    sampled: bool
+
+
+def micro_batch_plan(
+    variants: Sequence[tuple[ConfigVariant, CostModel]],
+    shape: IslandShape,
+    grid: BatchGrid,
+    outer_state_on_gpu: bool,
+) -> list[MicroBatchPlan]:
+    """Per variant: every micro-batch up to the memory maximum and the batch limit (b·r must
+    be a multiple of the quantum), sampled beyond `MICRO_BATCH_BUDGET`."""
+    r = shape.ranks
+    b_step = grid.quantum // math.gcd(grid.quantum, r)
+    out = []
+    for _, vcm in variants:
+        b1 = vcm.max_micro_batch(r, 1, outer_state_on_gpu)
+        b_acc = vcm.max_micro_batch(r, 2, outer_state_on_gpu)
+        upper = min(b1, grid.limit // r)
+        candidates = micro_batch_candidates(upper, b_step)
+        out.append(
+            MicroBatchPlan(tuple(candidates), b1, b_acc, len(candidates) < upper // b_step)
+        )
+    return out
+
+
 def shape_dominates(
     variants: Sequence[tuple[ConfigVariant, CostModel]],
     better: IslandShape,
@@ -211,20 +251,13 @@ def build_shape_table(
     acc = np.zeros(cells + 1, dtype=np.int64)
     var = np.zeros(cells + 1, dtype=np.int64)
     models: dict[tuple[int, int], IslandStepModel] = {}
-    b_step = u // math.gcd(u, r)  # b·r must be a multiple of the quantum
-    plans = []  # (variant index, cost model, micro-batch candidates, max with accumulation)
-    sampled, b_max_seen = False, 0
-    for vi, (_, vcm) in enumerate(variants):
-        b1 = vcm.max_micro_batch(r, 1, outer_state_on_gpu)
-        b_acc = vcm.max_micro_batch(r, 2, outer_state_on_gpu)
-        b_max_seen = max(b_max_seen, b1)
-        upper = min(b1, grid.limit // r)
-        candidates = micro_batch_candidates(upper, b_step)
-        sampled |= len(candidates) < upper // b_step
-        plans.append((vi, vcm, candidates, b_acc))
+    plans = micro_batch_plan(variants, shape, grid, outer_state_on_gpu)
+    sampled = any(p.sampled for p in plans)
+    b_max_seen = max((p.b_max for p in plans), default=0)
     tried = 0
-    for vi, vcm, candidates, b_acc in plans:
-        for b in candidates:
+    for vi, plan in enumerate(plans):
+        vcm, b_acc = variants[vi][1], plan.b_acc
+        for b in plan.micro_batches:
             model = IslandStepModel(vcm, shape, b)
             tried += 1
             models[(vi, b)] = model

@@ -161,7 +161,7 @@ class Evaluator:
         status = np.where(islands > 0, OK, EMPTY)
         status = np.where((status == OK) & ~np.isfinite(step_s), BATCH_UNREACHABLE, status)
         step = np.where(np.isfinite(step_s), step_s, 0.0)
-        o = self.outer.evaluate(used, islands, rails, outer_s, step)
+        o = self.outer.evaluate(used, islands, rails, outer_s, step, status == OK)
         status = np.where((status == OK) & ~o.link_ok, NO_WAN_UPLINK, status)
         status = np.where((status == OK) & ~np.isfinite(o.overhead_s), NO_SETTINGS, status)
         eff = step + np.where(np.isfinite(o.overhead_s), o.overhead_s, 0.0)

@@ -31,6 +31,7 @@ from shardmeter.plan.configs import (
     ConfigVariant,
     ShapeTable,
     build_shape_table,
+    micro_batch_plan,
     shape_dominates,
     candidate_shapes,
     class_key,
@@ -134,9 +135,11 @@ class ShapeCache:
         """``by`` (same GPUs, fewer nodes) is never slower than ``shape`` on this kind of pool."""
         k = (key, shape.nodes, shape.gpus_per_node, by.nodes, by.gpus_per_node)
         if k not in self._dominated:
-            table = self.table(cm, key, shape)
-            bs = sorted({b for (_, b) in table.models}) if table is not None else []
-            self._dominated[k] = shape_dominates(self._variants(cm, key), by, shape, bs)
+            variants = self._variants(cm, key)
+            on_gpu = self.spec.strategy.outer_state_on_gpu and self.spec.strategy.is_diloco
+            plans = micro_batch_plan(variants, shape, self.grid, on_gpu)
+            bs = sorted({b for p in plans for b in p.micro_batches})
+            self._dominated[k] = shape_dominates(variants, by, shape, bs)
         return self._dominated[k]
 
     def _variants(self, cm: CostModel, key: str) -> list[tuple[ConfigVariant, CostModel]]:
@@ -171,13 +174,13 @@ def build_pool_context(
             continue
         kept: list[IslandShape] = []
         for shape in group:
+            if any(cache.dominated(cm, key, shape, by) for by in kept):
+                continue
             table = cache.table(cm, key, shape)
             if table is None:
                 if shape is group[0]:
                     notes.append(f"{shape}: {_why_not(cm, spec, r)}")
                 break  # the same GPU count on more nodes fits no better
-            if any(cache.dominated(cm, key, shape, by) for by in kept):
-                continue
             kept.append(shape)
             shapes.append(table)
     return PoolContext(pool, index, cm, node_limit, shapes, notes)

@@ -116,8 +116,22 @@ class OuterModel:
         rails: IntArray,
         outer_step_s: FloatArray,
         step_s: FloatArray,
+        active: BoolArray | None = None,
     ) -> OuterResult:
+        """The outer level of each plan (rows where ``active`` is False are skipped: their
+        settings read 1/1/0 with no overhead)."""
         n = len(islands)
+        if active is not None and not active.all():
+            idx = np.flatnonzero(active)
+            part = self.evaluate(used[idx], islands[idx], rails[idx], outer_step_s[idx], step_s[idx])
+            ones = np.ones(n, dtype=np.int64)
+            full = OuterResult(
+                ones, ones, 0 * ones, np.zeros(n), np.ones(n, dtype=bool), np.zeros(n),
+                np.ones(n, dtype=bool),
+            )
+            for f in OuterResult.__annotations__:
+                getattr(full, f)[idx] = getattr(part, f)
+            return full
         if not self.spec.strategy.is_diloco:
             ones = np.ones(n, dtype=np.int64)
             return OuterResult(

@@ -17,7 +17,12 @@ from dataclasses import dataclass, field
 from shardmeter.cost.coefficients import CoefficientsDocument
 from shardmeter.errors import InfeasibleError
 from shardmeter.plan.bnb import Goal, PassStats, ProgressCallback, TreeSearch
-from shardmeter.plan.configs import MAX_CELLS, MICRO_BATCH_BUDGET, BatchGrid
+from shardmeter.plan.configs import (
+    MAX_CELLS,
+    MICRO_BATCH_BUDGET,
+    SAMPLED_MICRO_BATCHES,
+    BatchGrid,
+)
 from shardmeter.plan.evaluate import Evaluation, Evaluator
 from shardmeter.plan.frontier import pareto_frontier, select
 from shardmeter.plan.infeasible import no_option_reason, no_plan_reason
@@ -214,7 +219,8 @@ def _exactness_notes(grid: BatchGrid, contexts: list[PoolContext]) -> list[str]:
             f"more than {MICRO_BATCH_BUDGET} micro-batch candidates for shapes "
             + ", ".join(sampled[:4])
             + ("…" if len(sampled) > 4 else "")
-            + ": micro-batches were sampled (all small ones, then geometrically)"
+            + f": {SAMPLED_MICRO_BATCHES} micro-batches were tried (all small ones, then "
+            "geometrically spaced)"
         )
     return notes
 
