@@ -119,7 +119,9 @@ def _outer_overhead(spec: PlanSpec, used: list[Option], step_s: float) -> float:
     placements = [IslandPlacement(o.cm, o.shape.ranks) for o in used for _ in range(o.islands)]
     link = outer_link(placements)
     k = len(placements)
-    outer_s = max(o.cm.outer_step_seconds(spec.model.total_params, o.shape.ranks, on_gpu) for o in used)
+    outer_s = max(
+        o.cm.outer_step_seconds(spec.model.total_params, o.shape.ranks, on_gpu) for o in used
+    )
 
     def all_reduce(f: int) -> list[float]:
         return fragment_all_reduce_seconds(spec.model, strat, link, k, f)

@@ -151,5 +151,3 @@ def random_spec(
             "runtime": runtime,
         }
     )
-
-

@@ -148,7 +148,10 @@ def test_medium_instances_match_brute_force(seed: int, runtime: str, strategy: s
     for mode in ("exhaustive", "frontier"):
         check(raw, mode)
     refs = frontier(brute_force(spec))
-    for objective in ({"kind": "min-cost"}, {"kind": "throughput-fraction", "throughputFraction": 0.9}):
+    for objective in (
+        {"kind": "min-cost"},
+        {"kind": "throughput-fraction", "throughputFraction": 0.9},
+    ):
         if not refs:
             continue
         s = PlanSpec.model_validate({**raw, "objective": objective})

@@ -4,8 +4,6 @@ name the binding constraint. Equality with the brute force: `test_plan_bruteforc
 
 from __future__ import annotations
 
-import random
-
 import pytest
 
 from shardmeter.errors import InfeasibleError
@@ -13,6 +11,7 @@ from shardmeter.plan.result import build_result
 from shardmeter.plan.schema import PlanSpec
 from shardmeter.plan.search import search
 from strategies import random_spec
+
 
 def plan(spec: PlanSpec) -> object:
     return build_result(search(spec)).chosen

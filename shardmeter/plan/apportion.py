@@ -92,7 +92,12 @@ def window_min(d: FloatArray, lo: int, hi: int) -> FloatArray:
 
 
 def equal_best(
-    steps: FloatArray, rows: IntArray, used: npt.NDArray[np.bool_], islands: IntArray, lo: int, hi: int
+    steps: FloatArray,
+    rows: IntArray,
+    used: npt.NDArray[np.bool_],
+    islands: IntArray,
+    lo: int,
+    hi: int,
 ) -> tuple[FloatArray, IntArray]:
     """Equal runtime, many layouts at once: (T, cells per island) for each layout.
 

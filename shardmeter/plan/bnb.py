@@ -147,6 +147,7 @@ class TreeSearch:
         self.done_weight = 0.0
         self.expanded = 0
         self._last_report = 0.0
+        self._cells_cache: dict[int, IntArray] = {}
 
     # ---- public ---------------------------------------------------------------------------
     def run(self, goal: Goal, phase: str = "") -> PassStats:
@@ -309,12 +310,15 @@ class TreeSearch:
         ok = (ev.time_s <= g.time_cap_s * (1 + RELATIVE_TIE)) & (
             ev.cost_usd <= g.cost_cap_usd * (1 + RELATIVE_TIE)
         )
-        first, second = (ev.time_s, ev.cost_usd) if g.minimise == "time" else (ev.cost_usd, ev.time_s)
+        first, second = (
+            (ev.time_s, ev.cost_usd) if g.minimise == "time" else (ev.cost_usd, ev.time_s)
+        )
         if ok.any():
             i = np.flatnonzero(ok)
             j = i[np.lexsort((second[i], first[i]))[0]]
-            if (float(first[j]), float(second[j])) < (self.best, self.best_second):
-                self.best, self.best_second = float(first[j]), float(second[j])
+            self.best, self.best_second = min(
+                (self.best, self.best_second), (float(first[j]), float(second[j]))
+            )
 
     # ---- bounds -----------------------------------------------------------------------------
     def _bounds(self, node: Node, opts: IntArray) -> tuple[FloatArray, FloatArray]:
@@ -347,29 +351,52 @@ class TreeSearch:
     def _equal_bounds(
         self, node: Node, opts: IntArray, pos: IntArray, islands: IntArray, rate: FloatArray
     ) -> tuple[FloatArray, FloatArray, FloatArray]:
+        """Per child: (T, rate, rate·T) lower bounds of its descendants (torchtitan-ft). Only
+        the cells some descendant can use are looked at: those whose window
+        [⌈lo/K⌉, ⌊hi/K⌋] holds for an island count K above the child's."""
         t = self.evaluator.table
         g = self.evaluator.grid
         tb = self.tables
-        width = g.hi + 1
-        c = np.arange(width)
-        cc = np.maximum(c, 1)
-        merged = np.maximum(node.state[None, :], t.steps[t.row[opts]])  # (n, cells)
-        need = -(-g.lo // cc)[None, :] - islands[:, None]
-        m = np.clip(need, 1, self.kmax)
-        top = np.minimum(g.hi // cc, self.kmax)[None, :]
-        ok = (islands[:, None] + m <= top) & (c[None, :] >= 1)
+        n = len(opts)
+        t_lb = np.full(n, math.inf)
+        rate_lb = np.full(n, math.inf)
+        product_lb = np.full(n, math.inf)
         suffix = np.minimum(pos + 1, len(self.order))
-        nsuf = tb.n_table[suffix[:, None], c[None, :], m]
-        theta = np.where(ok, np.maximum(merged, nsuf), math.inf)
-        cap = tb.cap_s
-        theta = np.where(theta <= cap * (1 + RELATIVE_TIE), theta, math.inf)
-        t_lb = theta.min(axis=1)
         assert tb.rate_table is not None
-        extra = tb.rate_table[suffix[:, None], c[None, :], m]
-        rate_c = np.where(np.isfinite(theta), rate[:, None] + extra, math.inf)
-        rate_lb = np.maximum(rate_c.min(axis=1), rate + self.min_rate_after[suffix])
-        product_lb = np.where(np.isfinite(theta), rate_c * theta, math.inf).min(axis=1)
+        for k in np.unique(islands):
+            sel = np.flatnonzero(islands == k)
+            c = self._cells_after(int(k))
+            if not len(c):
+                continue
+            m = np.clip(-(-g.lo // c) - int(k), 1, self.kmax)
+            ok = int(k) + m <= np.minimum(g.hi // c, self.kmax)
+            c, m = c[ok], m[ok]
+            if not len(c):
+                continue
+            rows = t.row[opts[sel]]
+            merged = np.maximum(node.state[c][None, :], t.steps[rows[:, None], c[None, :]])
+            suf = suffix[sel][:, None]
+            theta = np.maximum(merged, tb.n_table[suf, c[None, :], m[None, :]])
+            theta = np.where(theta <= tb.cap_s * (1 + RELATIVE_TIE), theta, math.inf)
+            t_lb[sel] = theta.min(axis=1)
+            finite = np.isfinite(theta)
+            rate_c = np.where(
+                finite, rate[sel][:, None] + tb.rate_table[suf, c[None, :], m[None, :]], math.inf
+            )
+            rate_lb[sel] = rate_c.min(axis=1)
+            product_lb[sel] = np.where(finite, rate_c * theta, math.inf).min(axis=1)
+        rate_lb = np.maximum(rate_lb, rate + self.min_rate_after[suffix])
         return t_lb, rate_lb, product_lb
+
+    def _cells_after(self, islands: int) -> IntArray:
+        """Cells some layout with more than ``islands`` islands (up to the limit) can use."""
+        if islands not in self._cells_cache:
+            g = self.evaluator.grid
+            cells: set[int] = set()
+            for k in range(islands + 1, self.kmax + 1):
+                cells.update(range(max(1, -(-g.lo // k)), g.hi // k + 1))
+            self._cells_cache[islands] = np.array(sorted(cells), dtype=np.int64)
+        return self._cells_cache[islands]
 
     def _weighted_bounds(
         self, node: Node, opts: IntArray, pos: IntArray, islands: IntArray, rate: FloatArray
@@ -432,9 +459,7 @@ class TreeSearch:
                 lows.append(float(rest.min()))
         return min(lows, default=math.inf)
 
-    def _report(
-        self, stack: list[Frame], force: bool = False, bound: float | None = None
-    ) -> None:
+    def _report(self, stack: list[Frame], force: bool = False, bound: float | None = None) -> None:
         if self.progress is None:
             return
         now = time.monotonic()

@@ -117,7 +117,9 @@ def variant_cost_model(base: CostModel, variant: ConfigVariant) -> CostModel:
     return CostModel(base.model, training, base.pool, base.coefficients)
 
 
-def micro_batch_candidates(upper: int, step: int = 1, budget: int = MICRO_BATCH_BUDGET) -> list[int]:
+def micro_batch_candidates(
+    upper: int, step: int = 1, budget: int = MICRO_BATCH_BUDGET
+) -> list[int]:
     """Multiples of ``step`` up to ``upper``: all of them when at most ``budget``, else
     `SAMPLED_MICRO_BATCHES` of them — the first `SMALL_MICRO_BATCHES`, then geometrically
     spaced up to ``upper`` (always included)."""
@@ -125,10 +127,8 @@ def micro_batch_candidates(upper: int, step: int = 1, budget: int = MICRO_BATCH_
     if count <= budget:
         return [step * i for i in range(1, count + 1)]
     small = list(range(1, SMALL_MICRO_BATCHES + 1))
-    rest = np.geomspace(
-        SMALL_MICRO_BATCHES + 1, count, SAMPLED_MICRO_BATCHES - SMALL_MICRO_BATCHES
-    )
-    picks = sorted({*small, *(int(round(x)) for x in rest), count})
+    rest = np.geomspace(SMALL_MICRO_BATCHES + 1, count, SAMPLED_MICRO_BATCHES - SMALL_MICRO_BATCHES)
+    picks = sorted({*small, *(round(float(x)) for x in rest), count})
     return [step * i for i in picks]
 
 
@@ -210,9 +210,7 @@ def micro_batch_plan(
         b_acc = vcm.max_micro_batch(r, 2, outer_state_on_gpu)
         upper = min(b1, grid.limit // r)
         candidates = micro_batch_candidates(upper, b_step)
-        out.append(
-            MicroBatchPlan(tuple(candidates), b1, b_acc, len(candidates) < upper // b_step)
-        )
+        out.append(MicroBatchPlan(tuple(candidates), b1, b_acc, len(candidates) < upper // b_step))
     return out
 
 

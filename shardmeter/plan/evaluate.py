@@ -75,7 +75,10 @@ class Evaluation:
         if not parts:
             return Evaluation.empty(pools)
         return Evaluation(
-            **{f.name: np.concatenate([getattr(p, f.name) for p in parts]) for f in fields(Evaluation)}
+            **{
+                f.name: np.concatenate([getattr(p, f.name) for p in parts])
+                for f in fields(Evaluation)
+            }
         )
 
     @staticmethod
@@ -85,7 +88,22 @@ class Evaluation:
         return Evaluation(
             np.zeros((0, pools), dtype=np.int64),
             np.zeros((0, pools), dtype=np.int64),
-            i, e, e, i, i, i, e, e, e, e, e, i, i, i, e, np.zeros(0, dtype=bool),
+            i,
+            e,
+            e,
+            i,
+            i,
+            i,
+            e,
+            e,
+            e,
+            e,
+            e,
+            i,
+            i,
+            i,
+            e,
+            np.zeros(0, dtype=bool),
         )
 
     def __len__(self) -> int:
@@ -133,7 +151,9 @@ class Evaluator:
         out = np.full(len(choice), np.inf)
         single = used.sum(axis=1) == 1
         if single.any():
-            out[single] = equal_best(t.steps, rows[single], used[single], islands[single], g.lo, g.hi)[0]
+            out[single] = equal_best(
+                t.steps, rows[single], used[single], islands[single], g.lo, g.hi
+            )[0]
         for i in np.flatnonzero(~single & used.any(axis=1)):
             ps = np.flatnonzero(used[i])
             a = apportion(

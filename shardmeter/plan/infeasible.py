@@ -96,9 +96,9 @@ def _reachable_totals(
             if table.gpus[o] > gmax:
                 continue
             k = int(table.islands[o])
-            for c in np.flatnonzero(np.isfinite(table.steps[table.row[o]])):
-                if k * int(c) <= limit:
-                    pairs.add((k, k * int(c)))
+            for cell in np.flatnonzero(np.isfinite(table.steps[table.row[o]])):
+                if k * int(cell) <= limit:
+                    pairs.add((k, k * int(cell)))
         new = list(reach)
         for k, v in pairs:
             for m in range(kmax - k + 1):
@@ -159,9 +159,7 @@ def no_plan_reason(
         f"seqLenTokens {spec.training.seq_len_tokens}, constraints.globalBatchTolerance "
         f"{c.global_batch_tolerance:g})"
     )
-    closest = ", ".join(
-        f"{v * u:,}" for v in (below, above) if v is not None
-    ) or "none"
+    closest = ", ".join(f"{v * u:,}" for v in (below, above) if v is not None) or "none"
     runtime = (
         " with equal batches per island (runtime torchtitan-ft: islands must process the "
         "same number of sequences)"

@@ -31,11 +31,11 @@ from shardmeter.plan.configs import (
     ConfigVariant,
     ShapeTable,
     build_shape_table,
-    micro_batch_plan,
-    shape_dominates,
     candidate_shapes,
     class_key,
     config_variants,
+    micro_batch_plan,
+    shape_dominates,
     variant_cost_model,
 )
 from shardmeter.plan.schema import PlanPool, PlanSpec
@@ -232,7 +232,9 @@ def option_table(contexts: Sequence[PoolContext], options: Sequence[PoolOption])
     rank = np.zeros(len(options), dtype=np.int64)
     for p in {o.pool for o in options}:
         idx = [i for i, o in enumerate(options) if o.pool == p]
-        idx.sort(key=lambda i: (options[i].islands, shape[i].shape.nodes, shape[i].shape.gpus_per_node))
+        idx.sort(
+            key=lambda i: (options[i].islands, shape[i].shape.nodes, shape[i].shape.gpus_per_node)
+        )
         rank[idx] = np.arange(len(idx))
     return OptionTable(
         options=list(options),
@@ -244,9 +246,7 @@ def option_table(contexts: Sequence[PoolContext], options: Sequence[PoolOption])
         ranks=ints([s.ranks for s in shape]),
         usd_per_hour=floats([o.usd_per_hour for o in options]),
         outer_step_s=floats([s.outer_step_s for s in shape]),
-        peak_flops=floats(
-            [o.gpus * by_index[o.pool].cost_model.peak_flop_per_s for o in options]
-        ),
+        peak_flops=floats([o.gpus * by_index[o.pool].cost_model.peak_flop_per_s for o in options]),
         steps=np.stack([t.step_s for t in tables]) if tables else np.zeros((0, width)),
         min_cell=ints([int(t.cells[0]) for t in tables]),
         shape_of_row=tables,

@@ -73,9 +73,7 @@ class OuterModel:
             )
         self.payload_max = self.payload.max(axis=1)
         fixed_h = strat.sync_every if isinstance(strat.sync_every, int) else None
-        self.hs = (
-            [fixed_h] if fixed_h is not None else sync_every_candidates(strat.max_sync_every)
-        )
+        self.hs = [fixed_h] if fixed_h is not None else sync_every_candidates(strat.max_sync_every)
         self.fixed_f = strat.fragments if isinstance(strat.fragments, int) else None
         self.fixed_tau = (
             strat.fragment_sync_delay if isinstance(strat.fragment_sync_delay, int) else None
@@ -123,10 +121,17 @@ class OuterModel:
         n = len(islands)
         if active is not None and not active.all():
             idx = np.flatnonzero(active)
-            part = self.evaluate(used[idx], islands[idx], rails[idx], outer_step_s[idx], step_s[idx])
+            part = self.evaluate(
+                used[idx], islands[idx], rails[idx], outer_step_s[idx], step_s[idx]
+            )
             ones = np.ones(n, dtype=np.int64)
             full = OuterResult(
-                ones, ones, 0 * ones, np.zeros(n), np.ones(n, dtype=bool), np.zeros(n),
+                ones,
+                ones,
+                0 * ones,
+                np.zeros(n),
+                np.ones(n, dtype=bool),
+                np.zeros(n),
                 np.ones(n, dtype=bool),
             )
             for f in OuterResult.__annotations__:
@@ -154,12 +159,24 @@ class OuterModel:
         )
 
     def _all_reduce(
-        self, lat: FloatArray, spb: FloatArray, rails: FloatArray, k: FloatArray, payload: FloatArray
+        self,
+        lat: FloatArray,
+        spb: FloatArray,
+        rails: FloatArray,
+        k: FloatArray,
+        payload: FloatArray,
     ) -> FloatArray:
         """Ring all_reduce seconds of ``payload`` bytes (broadcast over trailing axes)."""
         shape = (-1,) + (1,) * payload.ndim
         kk = k.reshape(shape)
-        out = 2.0 * (kk - 1) * (lat.reshape(shape) + spb.reshape(shape) * (payload[None] / rails.reshape(shape)) / kk)
+        out = (
+            2.0
+            * (kk - 1)
+            * (
+                lat.reshape(shape)
+                + spb.reshape(shape) * (payload[None] / rails.reshape(shape)) / kk
+            )
+        )
         return np.asarray(np.where((kk > 1) & (payload[None] > 0), out, 0.0))
 
     def _chunk(
@@ -265,14 +282,15 @@ class OuterModel:
         h_max = float(max(self.hs))
         if not self.spec.strategy.is_diloco:
             return np.ones(n)
-        lat = np.nanmax(np.concatenate([self.uplink_latency, self.fabric_latency]))
-        with np.errstate(divide="ignore"):
-            wan_spb = 1.0 / (np.nanmin(self.uplink_bw) * LINK_EFFICIENCY)
-        spb = float(np.nanmax(np.concatenate([[wan_spb], self.fabric_spb])))
+        lats = np.concatenate([self.uplink_latency, self.fabric_latency])
+        lat = float(lats[np.isfinite(lats)].max())
+        bws = self.uplink_bw[np.isfinite(self.uplink_bw)]
+        wan_spb = [1.0 / (float(bws.min()) * LINK_EFFICIENCY)] if len(bws) else []
+        spb = float(np.max(np.concatenate([wan_spb, self.fabric_spb])))
         k = np.full(1, float(max_islands))
-        ar = self._all_reduce(
-            np.full(1, lat), np.full(1, spb), np.ones(1), k, self.payload_max
-        )[0]  # (F,)
+        ar = self._all_reduce(np.full(1, lat), np.full(1, spb), np.ones(1), k, self.payload_max)[
+            0
+        ]  # (F,)
         step = np.maximum(step_lb, 1e-30)
         if self.spec.strategy.kind is StrategyKind.DILOCO:
             out = np.full(n, h_max)

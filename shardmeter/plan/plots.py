@@ -111,7 +111,12 @@ def plot_top(
         idx = [i for i, p in enumerate(plans) if p.layout == chosen.layout]
         if idx:
             ax2.scatter(
-                idx, [costs[i] for i in idx], s=180, marker="*", color="#2ca02c", zorder=5,
+                idx,
+                [costs[i] for i in idx],
+                s=180,
+                marker="*",
+                color="#2ca02c",
+                zorder=5,
                 label=f"chosen: {chosen.label}",
             )
     ax2.set_ylabel("cost (USD)")

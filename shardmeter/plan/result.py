@@ -230,9 +230,7 @@ def simulate_chosen(out: SearchOutput, plan: PlanSummary, rounds: int = 3) -> Ch
             for s in ctx.shapes
             if s.shape.nodes == g.nodes and s.shape.gpus_per_node == g.gpus_per_node
         )
-        variant = next(
-            i for i, v in enumerate(_variants(out)) if v.name == g.variant
-        )
+        variant = next(i for i, v in enumerate(_variants(out)) if v.name == g.variant)
         model = table.models[(variant, g.micro_batch)]
         step = model.simulate(g.accumulation)
         steps.append(step)

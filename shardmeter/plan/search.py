@@ -126,7 +126,10 @@ def _passes(tree: TreeSearch, spec: PlanSpec) -> tuple[bool, float | None]:
     elif kind is ObjectiveKind.MIN_COST:
         p = tree.run(Goal("cost"), "cheapest plan")
     elif kind is ObjectiveKind.COST_BUDGET:
-        p = tree.run(Goal("time", cost_cap_usd=float(obj.cost_budget_usd or math.inf)), "fastest within budget")
+        p = tree.run(
+            Goal("time", cost_cap_usd=float(obj.cost_budget_usd or math.inf)),
+            "fastest within budget",
+        )
     else:
         p = tree.run(
             Goal("cost", time_cap_s=float(obj.time_budget_hours or math.inf) * 3600),

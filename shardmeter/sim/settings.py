@@ -120,26 +120,45 @@ def _zero_blocking_hint(
     max_fragments: int,
     fragments: int | None,
     delay: int | None,
+    max_delay: int | None,
     candidates: Sequence[int],
 ) -> int | None:
-    """The smallest candidate H ≥ ``sync_every`` (from ``candidates`` and
-    `HINT_SYNC_EVERY_CANDIDATES`) with a zero-blocking option when the guard-rails are lifted
-    (fixed values kept)."""
+    """The smallest candidate H > ``sync_every`` (from ``candidates`` and
+    `HINT_SYNC_EVERY_CANDIDATES`) with a zero-blocking option, delays still within
+    ``max_delay`` (fixed values kept)."""
     return next(
         (
             h
             for h in sorted({*candidates, *HINT_SYNC_EVERY_CANDIDATES})
-            if h >= sync_every
+            if h > sync_every
             and (fragments is None or h % fragments == 0)
             and any(
                 b <= ZERO_BLOCKING_EPS_S
                 for b, _, _ in _options(
-                    h, step_s, all_reduce, max_fragments, fragments, delay, None
+                    h, step_s, all_reduce, max_fragments, fragments, delay, max_delay
                 )
             )
         ),
         None,
     )
+
+
+def _delay_hint(
+    sync_every: int,
+    step_s: float,
+    all_reduce: Callable[[int], Sequence[float]],
+    max_fragments: int,
+    fragments: int | None,
+) -> int | None:
+    """The shortest delay with a zero-blocking option at ``sync_every`` (no delay limit)."""
+    found = [
+        tau
+        for b, _, tau in _options(
+            sync_every, step_s, all_reduce, max_fragments, fragments, None, None
+        )
+        if b <= ZERO_BLOCKING_EPS_S
+    ]
+    return min(found, default=None)
 
 
 def search_settings(
@@ -205,16 +224,23 @@ def _blocking_choice(
     candidates: Sequence[int] = SYNC_EVERY_CANDIDATES,
 ) -> SettingsChoice:
     needed = _zero_blocking_hint(
-        sync_every, step_s, all_reduce, max_fragments, fragments, delay, candidates
+        sync_every, step_s, all_reduce, max_fragments, fragments, delay, max_delay, candidates
     )
     pinned = " with the fixed fragments/delay" if fragments is not None or delay is not None else ""
     rails = f" (fragmentSyncDelay ≤ {max_delay})" if max_delay is not None and delay is None else ""
-    if needed is None:
-        hint = f"no syncEvery up to {HINT_SYNC_EVERY_CANDIDATES[-1]} allows zero blocking{pinned}"
-    elif needed == sync_every:
-        hint = f"a fragmentSyncDelay above the guard-rail would hide it{pinned}"
-    else:
-        hint = f"syncEvery ≥ {needed} would allow zero blocking{pinned}"
+    hints = []
+    if needed is not None:
+        hints.append(
+            f"syncEvery ≥ {needed} would allow zero blocking{pinned}"
+            + (f" with fragmentSyncDelay ≤ {max_delay}" if rails else "")
+        )
+    if delay is None and max_delay is not None:
+        tau_needed = _delay_hint(sync_every, step_s, all_reduce, max_fragments, fragments)
+        if tau_needed is not None:
+            hints.append(f"fragmentSyncDelay {tau_needed} would at syncEvery {sync_every}")
+    hint = " or ".join(hints) or (
+        f"no syncEvery up to {HINT_SYNC_EVERY_CANDIDATES[-1]} allows zero blocking{pinned}"
+    )
     return SettingsChoice(
         sync_every,
         f,
@@ -251,11 +277,10 @@ def choose_sync_every(
         if fragments is not None and h % fragments:
             continue
         options = _options(h, step_s, all_reduce, max_fragments, fragments, delay, max_delay)
-        for blocking, f, tau in options:
-            if blocking <= ZERO_BLOCKING_EPS_S:
-                return search_settings(
-                    h, step_s, all_reduce, max_fragments, fragments, delay, max_delay=max_delay
-                )
+        if any(blocking <= ZERO_BLOCKING_EPS_S for blocking, _, _ in options):
+            return search_settings(
+                h, step_s, all_reduce, max_fragments, fragments, delay, max_delay=max_delay
+            )
         if options:
             blocking, f, tau = min(options, key=lambda o: (o[0], o[1], o[2]))
             key = ((blocking + outer_step_s) / h, h, f, tau, blocking)
