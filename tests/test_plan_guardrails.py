@@ -5,6 +5,7 @@ OuterStepBlocking alert fires on. The optimizer's vectorised rule equals the sca
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from pathlib import Path
@@ -15,10 +16,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shardmeter.plan.options import PoolContext
+from shardmeter.plan.overhead import OuterModel
 from shardmeter.plan.result import build_result
 from shardmeter.plan.schema import PlanSpec, load_plan
 from shardmeter.plan.search import build_space, search
-from shardmeter.plan.overhead import OuterModel
 from shardmeter.sim.outer import IslandPlacement, outer_link
 from shardmeter.sim.scenario import fragment_all_reduce_seconds
 from shardmeter.sim.settings import choose_sync_every, search_settings
@@ -114,7 +115,7 @@ def test_effective_step_never_falls_when_the_inner_step_grows(
         return t + (c.blocking_s_per_outer_step + outer_s) / c.sync_every
 
     values = [effective(step_s * (1 + 0.07 * i)) for i in range(12)]
-    assert all(b >= a * (1 - 1e-12) for a, b in zip(values, values[1:], strict=False))
+    assert all(b >= a * (1 - 1e-12) for a, b in itertools.pairwise(values))
 
 
 def _scalar(
