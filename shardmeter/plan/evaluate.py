@@ -205,7 +205,7 @@ class Evaluator:
             usd_per_hour=rate,
             tokens_per_s=np.where(ok, seq_per_s * self.seq_len, 0.0),
             time_s=np.where(ok, time_s, np.inf),
-            cost_usd=np.where(ok, rate * time_s / 3600.0, np.inf),
+            cost_usd=np.where(ok, rate * np.where(ok, time_s, 0.0) / 3600.0, np.inf),
             mfu=mfu,
             sync_every=o.sync_every,
             fragments=o.fragments,

@@ -153,8 +153,11 @@ def no_plan_reason(
     u = grid.quantum
     below = max((s for s in totals if s < grid.lo), default=None)
     above = min((s for s in totals if s > grid.hi), default=None)
+    needs = (
+        f"exactly {grid.batch:,}" if grid.limit == grid.batch else f"{grid.batch:,}–{grid.limit:,}"
+    )
     want = (
-        f"the global batch needs {grid.batch:,}–{grid.limit:,} sequences per inner step "
+        f"the global batch needs {needs} sequences per inner step "
         f"(training.globalBatchTokens {spec.training.global_batch_tokens:,} at "
         f"seqLenTokens {spec.training.seq_len_tokens}, constraints.globalBatchTolerance "
         f"{c.global_batch_tolerance:g})"
