@@ -66,7 +66,7 @@ def test_equal_batches_name_the_granularity_and_the_weighted_runtime() -> None:
 def test_no_allowed_pool_is_named() -> None:
     raw = request(constraints={"allowedPools": []})
     with pytest.raises(
-        InfeasibleError, match="no pool is allowed: constraints.allowedPools is empty"
+        InfeasibleError, match=r"no pool is allowed: constraints\.allowedPools is empty"
     ):
         search(PlanSpec.model_validate(raw))
 
