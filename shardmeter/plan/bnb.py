@@ -84,7 +84,11 @@ class Node:
     floor: float = 0.0
     """weighted: the slowest chosen island's fastest step."""
     min_cells: int = 0
-    """weighted: the fewest cells the chosen islands process together."""
+    """The fewest cells the chosen islands process together."""
+    spend: float = 0.0
+    """Σ islands × fewest cells × efficiency of the chosen options (see `SuffixTables`)."""
+    efficiency: float = math.inf
+    """The best efficiency among the chosen options."""
     maxsum: IntArray | None = None
     """weighted: the most cells with D ≤ θ on the bound grid."""
 
@@ -210,9 +214,12 @@ class TreeSearch:
         k = int(t.islands[o])
         choice = node.choice.copy()
         choice[t.pool[o]] = o
+        least = k * int(t.min_cell[t.row[o]])
+        spend = node.spend + least * float(self.tables.efficiency[o])
+        best = min(node.efficiency, float(self.tables.efficiency[o]))
         if self.evaluator.equal:
             state = np.maximum(node.state, row)
-            child = Node(
+            return Node(
                 int(self.position[o]),
                 choice,
                 node.islands + k,
@@ -220,8 +227,10 @@ class TreeSearch:
                 node.rate + float(t.usd_per_hour[o]),
                 max(node.outer_s, float(t.outer_step_s[o])),
                 state,
+                min_cells=node.min_cells + least,
+                spend=spend,
+                efficiency=best,
             )
-            return child
         hi = self.evaluator.grid.hi
         d = minmax_convolve(node.state, group_row(row, k, hi))
         child = Node(
@@ -233,7 +242,9 @@ class TreeSearch:
             max(node.outer_s, float(t.outer_step_s[o])),
             d,
             max(node.floor, float(self.tables.row_min_step[t.row[o]])),
-            node.min_cells + k * int(t.min_cell[t.row[o]]),
+            node.min_cells + least,
+            spend,
+            best,
         )
         child.maxsum = self._maxsum(d)
         return child
@@ -339,6 +350,7 @@ class TreeSearch:
             t_lb, rate_lb = self._weighted_bounds(node, opts, pos, islands, rate)
             product_lb = rate_lb * t_lb
         t_lb = np.where(has_more, t_lb, math.inf)
+        product_lb = np.maximum(product_lb, self._spend_bound(node, opts, pos))
         finite = np.isfinite(t_lb)
         h_ub = ev.outer.sync_every_upper(np.where(finite, t_lb, 1.0), self.kmax)
         overhead_lb = outer_s / h_ub
@@ -347,6 +359,21 @@ class TreeSearch:
         with np.errstate(invalid="ignore"):
             cost_lb = ev.steps * (product_lb + rate_lb * overhead_lb) / 3600.0
         return time_lb, np.where(finite & np.isfinite(cost_lb), cost_lb, math.inf)
+
+    def _spend_bound(self, node: Node, opts: IntArray, pos: IntArray) -> FloatArray:
+        """rate × T ≥ Σ islands × cells × efficiency, with at least lo cells in all: the chosen
+        islands at their fewest cells, the rest at the best efficiency still available."""
+        t = self.evaluator.table
+        tb = self.tables
+        least = t.islands[opts] * t.min_cell[t.row[opts]]
+        spend = node.spend + least * tb.efficiency[opts]
+        cells = node.min_cells + least
+        best = np.minimum(
+            np.minimum(node.efficiency, tb.efficiency[opts]),
+            tb.efficiency_after[np.minimum(pos + 1, len(self.order))],
+        )
+        rest = np.maximum(self.evaluator.grid.lo - cells, 0)
+        return np.asarray(spend + rest * best)
 
     def _equal_bounds(
         self, node: Node, opts: IntArray, pos: IntArray, islands: IntArray, rate: FloatArray

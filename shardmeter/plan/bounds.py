@@ -67,6 +67,18 @@ class SuffixTables:
         self.row_min_step = np.array(
             [float(r[np.isfinite(r)].min()) if np.isfinite(r).any() else INF for r in steps]
         )
+        cells = np.arange(steps.shape[1], dtype=np.float64)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            per_cell = np.where(cells[None, :] > 0, steps / cells[None, :], INF)
+        per_island_rate = table.usd_per_hour / np.maximum(table.islands, 1)
+        self.efficiency = per_island_rate * per_cell.min(axis=1)[table.row]
+        """Per option: the least $/h·s one of its islands spends per cell (rate × step / cells
+        at its best configuration): cost ≥ steps/3600 · Σ islands·cells·efficiency."""
+        self.efficiency_after = np.full(len(order) + 1, INF)
+        for j in range(len(order) - 1, -1, -1):
+            here = self.efficiency[groups[j]]
+            best = float(here.min()) if len(here) else INF
+            self.efficiency_after[j] = min(self.efficiency_after[j + 1], best)
         if equal:
             self.n_table = self._islands_table(n, width)
         else:
