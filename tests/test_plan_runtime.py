@@ -72,3 +72,23 @@ def test_islands_may_differ_in_micro_batch_and_accumulation_under_torchtitan_ft(
         (a.micro_batch, a.accumulation) != (b.micro_batch, b.accumulation)
         for a, b in (p.groups for p in mixed)
     )
+
+
+def test_the_operator_plans_with_the_trainingplans_runtime() -> None:
+    import yaml
+
+    from shardmeter_operator.planning import plan_request
+    from shardmeter_operator.resources import GPUPoolSpec, TrainingPlanSpec
+
+    raw = yaml.safe_load((REPO / "examples" / "trainingplan.yaml").read_text())["spec"]
+    pools = {
+        name: GPUPoolSpec.model_validate(
+            yaml.safe_load((REPO / "examples" / f"gpupool-{name}.yaml").read_text())["spec"]
+        )
+        for name in ("cluster-a", "cluster-b")
+    }
+    assert (
+        plan_request(TrainingPlanSpec.model_validate(raw), pools).runtime is Runtime.TORCHTITAN_FT
+    )
+    weighted = TrainingPlanSpec.model_validate({**raw, "runtime": "weighted"})
+    assert plan_request(weighted, pools).runtime is Runtime.WEIGHTED

@@ -46,7 +46,8 @@ def plan_request(spec: TrainingPlanSpec, pools: Mapping[str, GPUPoolSpec]) -> Pl
             PlanPool.model_validate({**hardware, "name": ref.name, "max_nodes": ref.max_nodes})
         )
     base = spec.model_dump(
-        by_alias=False, include={"model", "training", "strategy", "constraints", "objective"}
+        by_alias=False,
+        include={"model", "training", "strategy", "constraints", "objective", "runtime"},
     )
     try:
         return PlanSpec.model_validate({**base, "model": spec.model, "pools": plan_pools})
