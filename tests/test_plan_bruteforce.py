@@ -104,11 +104,15 @@ def expected_choice(want: list[Ref], objective: dict[str, Any]) -> Ref:
         return want[0]
     if kind == "min-cost":
         return want[-1]
+    if kind == "cost-budget":
+        return next(r for r in want if r.cost_usd <= objective["costBudgetUsd"])
+    if kind == "time-budget":
+        return [r for r in want if r.time_s <= objective["timeBudgetHours"] * 3600][-1]
     floor = objective["throughputFraction"] * (1 / want[0].time_s) * (1 - 1e-12)
     return [r for r in want if 1 / r.time_s >= floor][-1]
 
 
-@settings(max_examples=60, deadline=None, derandomize=True, database=None)
+@settings(max_examples=80, deadline=None, derandomize=True, database=None)
 @given(
     tiny_plans(),
     st.sampled_from(
@@ -117,6 +121,8 @@ def expected_choice(want: list[Ref], objective: dict[str, Any]) -> Ref:
             {"kind": "min-cost"},
             {"kind": "throughput-fraction", "throughputFraction": 0.9},
             {"kind": "throughput-fraction", "throughputFraction": 0.5},
+            {"kind": "cost-budget", "costBudgetUsd": 1.0},
+            {"kind": "time-budget", "timeBudgetHours": 1.0},
         ]
     ),
 )
@@ -127,6 +133,16 @@ def test_branch_and_bound_objective_matches_brute_force(
     want = frontier(brute_force(spec))
     if not want:
         return
+    if objective["kind"] in ("cost-budget", "time-budget"):
+        # a budget between two frontier plans (or at the cheapest/fastest end)
+        mid = want[len(want) // 2]
+        budget = (
+            {"costBudgetUsd": mid.cost_usd * 1.0001}
+            if objective["kind"] == "cost-budget"
+            else {"timeBudgetHours": mid.time_s * 1.0001 / 3600}
+        )
+        objective = {**objective, **budget}
+        spec = PlanSpec.model_validate({**raw, "objective": objective})
     out = search(spec, force_mode="objective")
     assert out.stats.proven
     chosen = build_result(out).chosen

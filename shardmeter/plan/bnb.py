@@ -35,7 +35,7 @@ from shardmeter.plan.apportion import (
 )
 from shardmeter.plan.bounds import SuffixTables
 from shardmeter.plan.evaluate import Evaluation, Evaluator
-from shardmeter.plan.frontier import RELATIVE_TIE, merge_frontier
+from shardmeter.plan.frontier import RELATIVE_TIE, merge_frontier, pareto_frontier
 from shardmeter.plan.options import max_islands
 
 IntArray = npt.NDArray[np.int64]
@@ -152,6 +152,7 @@ class TreeSearch:
         self.expanded = 0
         self._last_report = 0.0
         self._cells_cache: dict[int, IntArray] = {}
+        self.grid_top = self.tables.max_step
 
     # ---- public ---------------------------------------------------------------------------
     def run(self, goal: Goal, phase: str = "") -> PassStats:
@@ -171,6 +172,8 @@ class TreeSearch:
             self.tables_cap = cap
         self.done_weight = 0.0
         self.phase = phase or goal.minimise
+        if not self.evaluator.equal:
+            self._weighted_grid()
         root = self._root()
         stack = [self._expand(root, 1.0)]
         completed = True
@@ -195,6 +198,29 @@ class TreeSearch:
         self.passes.append(stats)
         self._report(stack, force=True, bound=bound)
         return stats
+
+    def _weighted_grid(self) -> None:
+        """Fit the bound grid to the pass: up to the inner step a plan may have to matter
+        (the time cap, or the incumbent's when minimising time — single-pool layouts are
+        scored first for one)."""
+        top = self.tables.max_step
+        if self.goal.minimise == "time":
+            if not math.isfinite(self.best):
+                root = self._root()
+                for j in range(self.n_pools):
+                    opts = self.groups[j]
+                    for a in range(0, len(opts), CHILD_CHUNK):
+                        self._score_only(root, opts[a : a + CHILD_CHUNK])
+            if math.isfinite(self.best):
+                top = self.best / self.evaluator.steps
+        if math.isfinite(self.tables.cap_s):
+            top = min(top, self.tables.cap_s)
+        if self.goal.minimise in ("time", "cost") and top != self.grid_top:
+            self.tables.set_grid(top)
+            self.grid_top = top
+        elif self.goal.minimise not in ("time", "cost") and self.grid_top != self.tables.max_step:
+            self.tables.set_grid(self.tables.max_step)
+            self.grid_top = self.tables.max_step
 
     def evaluated(self) -> Evaluation:
         return Evaluation.concat(self.parts, self.n_pools)
@@ -284,6 +310,11 @@ class TreeSearch:
         return Frame(node, opts[order], time_lb[order], cost_lb[order], share)
 
     def _score_children(self, node: Node, opts: IntArray) -> tuple[FloatArray, FloatArray]:
+        self._score_only(node, opts)
+        return self._bounds(node, opts)
+
+    def _score_only(self, node: Node, opts: IntArray) -> None:
+        """Score the layouts ``node`` + each option (exact apportioning) and record them."""
         ev = self.evaluator
         t = ev.table
         g = ev.grid
@@ -303,15 +334,16 @@ class TreeSearch:
             choice = np.repeat(node.choice[None, :], len(meets), axis=0)
             choice[np.arange(len(meets)), t.pool[opts[meets]]] = opts[meets]
             self._record(ev.score(choice, step_s[meets]))
-        return self._bounds(node, opts)
 
     def _record(self, ev: Evaluation) -> None:
-        ok = ev.subset(ev.feasible)
+        ok = ev.subset(ev.feasible) if not ev.feasible.all() else ev
         if not len(ok):
             return
         if self.keep_all:
             self.parts.append(ok)
-        self.frontier = merge_frontier(self.frontier, ok, self.n_pools)
+        if self.goal.minimise == "frontier" or not self.keep_all:
+            # the running frontier prunes (frontier goal) or is all that is kept
+            self.frontier = merge_frontier(self.frontier, pareto_frontier(ok), self.n_pools)
         self._update_best(ok)
 
     def _update_best(self, ev: Evaluation) -> None:
@@ -337,6 +369,8 @@ class TreeSearch:
         ev = self.evaluator
         t = ev.table
         n = len(opts)
+        if self.goal.minimise == "all":
+            return np.zeros(n), np.zeros(n)  # nothing is pruned: no bound needed
         pos = self.position[opts]
         islands = node.islands + t.islands[opts]
         rate = node.rate + t.usd_per_hour[opts]
@@ -443,16 +477,35 @@ class TreeSearch:
         below = np.where(first > 0, tb.theta[np.maximum(first - 1, 0)], 0.0)
         floor = np.maximum(node.floor, tb.row_min_step[t.row[opts]])
         t_lb = np.where(possible, np.maximum(below, floor), math.inf)
+        theta = self._exact_theta()
+        if math.isfinite(theta):  # the exact capacity test at the step that matters
+            tb.exact_at(theta)
+            within = np.flatnonzero(node.state <= theta)
+            have = int(within.max()) if len(within) else 0
+            fits = (
+                have + t.islands[opts] * tb.maxcell_exact[t.row[opts]] + tb.ms_exact[suffix, left]
+                >= g.lo
+            )
+            t_lb = np.where(fits, t_lb, np.maximum(t_lb, tb.theta_next))
         t_lb = np.where(t_lb <= tb.cap_s * (1 + RELATIVE_TIE), t_lb, math.inf)
-        # the rate: the cheapest way to add the missing cells within the cap
-        gi = int(np.searchsorted(tb.theta, tb.cap_s, side="left"))
-        gi = min(gi, len(tb.theta) - 1)
-        have = own[:, gi] if math.isfinite(tb.cap_s) else own[:, -1]
-        missing = np.clip(g.lo - have, 0, g.hi)
+        # the rate: the cheapest way to add the cells still missing within the cap (the most
+        # cells the child itself can process within the cap, exactly)
+        within_cap = np.flatnonzero(node.state <= tb.cap_s)
+        have_cap = int(within_cap.max()) if len(within_cap) else 0
+        reach_cap = have_cap + t.islands[opts] * tb.cap_maxcell[t.row[opts]]
+        missing = np.clip(g.lo - reach_cap, 0, g.hi)
         assert tb.rate_table is not None
         extra = tb.rate_table[suffix, left, missing]
         extra = np.maximum(extra, self.min_rate_after[suffix])
         return t_lb, rate + extra
+
+    def _exact_theta(self) -> float:
+        """The inner step a subtree must undercut to matter: the time cap's, and when
+        minimising time the incumbent's (inner step ≤ time / steps)."""
+        theta = self.tables.cap_s
+        if self.goal.minimise == "time" and math.isfinite(self.best):
+            theta = min(theta, self.best / self.evaluator.steps)
+        return theta
 
     def _pruned(self, time_lb: FloatArray, cost_lb: FloatArray) -> BoolArray:
         g = self.goal

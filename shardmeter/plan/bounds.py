@@ -59,11 +59,9 @@ class SuffixTables:
         width = grid.hi + 1
         steps = table.steps
         finite = steps[np.isfinite(steps)]
-        lo_t = float(finite.min()) if len(finite) else 1.0
-        hi_t = float(finite.max()) if len(finite) else 1.0
-        self.theta = np.unique(
-            np.concatenate([np.geomspace(lo_t, hi_t * (1 + 1e-12), GRID_POINTS), [lo_t, hi_t]])
-        )
+        self.min_step = float(finite.min()) if len(finite) else 1.0
+        self.max_step = float(finite.max()) if len(finite) else 1.0
+        self.theta = np.zeros(0)
         self.row_min_step = np.array(
             [float(r[np.isfinite(r)].min()) if np.isfinite(r).any() else INF for r in steps]
         )
@@ -82,10 +80,16 @@ class SuffixTables:
         if equal:
             self.n_table = self._islands_table(n, width)
         else:
-            self.maxcell = self._maxcell()  # (rows × θ grid)
-            self.ms_table = self._max_sum_table(n)
+            self.set_grid(self.max_step)
         self.rate_table: FloatArray | None = None
         self.cap_s: float = INF
+        self.cap_maxcell = np.zeros(len(steps), dtype=np.int64)
+        self.all_steps = np.unique(finite)
+        """Every step time in the tables: a plan's inner step is one of them."""
+        self.exact_theta = INF
+        self.maxcell_exact = np.zeros(len(steps), dtype=np.int64)
+        self.ms_exact = np.zeros((n + 1, self.kmax + 1), dtype=np.int64)
+        self.theta_next = INF
 
     # ---- torchtitan-ft: islands per cell ------------------------------------------------------
     def _islands_table(self, n: int, width: int) -> FloatArray:
@@ -136,6 +140,18 @@ class SuffixTables:
         self.cap_s = cap_s
 
     # ---- weighted: cells per step time --------------------------------------------------------
+    def set_grid(self, top_s: float) -> None:
+        """The bound grid: `GRID_POINTS` step times, geometric from the fastest step to
+        ``top_s`` (both included). Inner steps above ``top_s`` cannot matter to the pass, so a
+        subtree that cannot reach the batch at ``top_s`` is pruned; a tight top is a fine
+        grid where it counts."""
+        top = min(max(top_s, self.min_step), self.max_step)
+        self.theta = np.unique(
+            np.concatenate([np.geomspace(self.min_step, top, GRID_POINTS), [self.min_step, top]])
+        )
+        self.maxcell = self._maxcell()  # (rows × θ grid)
+        self.ms_table = self._max_sum_table(len(self.order))
+
     def _maxcell(self) -> IntArray:
         """(rows × θ grid): the most cells one island of each shape processes within θ."""
         steps = self.table.steps
@@ -168,12 +184,41 @@ class SuffixTables:
             out[j] = np.maximum.accumulate(cur, axis=0)
         return out
 
+    def exact_at(self, theta: float) -> None:
+        """Capacities at one step time exactly (weighted): the most cells each shape's island
+        processes within ``theta`` and ``MS`` at ``theta``; and the next step time above it.
+        A subtree that cannot reach lo at ``theta`` has an inner step of at least
+        ``theta_next`` — exact where the grid would only give the point below."""
+        if theta == self.exact_theta or not np.isfinite(theta):
+            return
+        self.exact_theta = theta
+        t = self.table
+        cells = np.arange(t.steps.shape[1])
+        self.maxcell_exact = np.where(t.steps <= theta, cells[None, :], 0).max(axis=1)
+        n, kmax = len(self.order), self.kmax
+        out = np.zeros((n + 1, kmax + 1), dtype=np.int64)
+        for j in range(n - 1, -1, -1):
+            nxt = out[j + 1]
+            cur = nxt.copy()
+            for o in self.groups[j]:
+                k = int(t.islands[o])
+                gain = k * int(self.maxcell_exact[t.row[o]])
+                if k > kmax or gain <= 0:
+                    continue
+                np.maximum(cur[k:], nxt[: kmax + 1 - k] + gain, out=cur[k:])
+            out[j] = np.maximum.accumulate(cur)
+        self.ms_exact = out
+        i = int(np.searchsorted(self.all_steps, theta, side="right"))
+        self.theta_next = float(self.all_steps[i]) if i < len(self.all_steps) else INF
+
     def rates_per_sum(self, cap_s: float) -> None:
         """MR[j][m][s]: least $/h with which pools at positions ≥ j add at least s cells with
         ≤ m islands, each at its largest configuration within ``cap_s`` (weighted)."""
         t = self.table
         n, kmax, hi = len(self.order), self.kmax, self.grid.hi
-        gi = int(np.searchsorted(self.theta, cap_s, side="right")) - 1
+        # per shape row: the most cells one island processes within the cap
+        cells = np.arange(self.table.steps.shape[1])
+        self.cap_maxcell = np.where(self.table.steps <= cap_s, cells[None, :], 0).max(axis=1)
         out = np.full((n + 1, kmax + 1, hi + 1), INF)
         out[:, :, 0] = 0.0
         s = np.arange(hi + 1)
@@ -184,13 +229,7 @@ class SuffixTables:
                 k = int(t.islands[o])
                 if k > kmax:
                     continue
-                if np.isfinite(cap_s):
-                    # the most cells within the cap, exactly (not on the grid)
-                    row = t.steps[t.row[o]]
-                    cells = np.flatnonzero(row <= cap_s)
-                    c = int(cells.max()) if len(cells) else 0
-                else:
-                    c = int(self.maxcell[t.row[o], -1]) if gi >= 0 else 0
+                c = int(self.cap_maxcell[t.row[o]])
                 if c <= 0:
                     continue
                 rate = float(t.usd_per_hour[o])
