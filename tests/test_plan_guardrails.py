@@ -176,3 +176,20 @@ def test_vectorised_settings_equal_the_scalar_rule(wan: str, max_h: int) -> None
         h, f, tau, overhead = _scalar(spec, ctxs, used, k, ranks, step)
         assert (int(got.sync_every[0]), int(got.fragments[0]), int(got.delay[0])) == (h, f, tau)
         assert math.isclose(float(got.overhead_s[0]), overhead, rel_tol=1e-9)
+
+
+def test_simulate_reports_blocking_instead_of_a_long_delay(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`shardmeter simulate` resolves auto settings with the same guard-rails."""
+    import json
+
+    from shardmeter.cli.main import main
+
+    args = ["simulate", "--model", "llama-3.2-1b", "--gpu", "a100", "--seq-len", "4096"]
+    args += ["--activation-checkpointing", "--strategy", "streaming-diloco", "--islands", "3"]
+    assert main([*args, "--outer-link", "wan-10g-30ms", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)["diloco"]
+    assert d["fragment_sync_delay"] <= 5 and d["sync_every"] <= 500
+    assert d["blocking_s_per_outer_step"] > 0 and not d["zero_blocking_possible"]
+    assert "fragmentSyncDelay ≤ 5" in d["recommendation"]
