@@ -3,8 +3,8 @@ settings-vectorisation code with ``shardmeter.plan``: it enumerates, with plain 
 
 * every island shape N × G of every pool (G dividing the GPUs per node, no dominance rule),
 * every micro-batch b from 1 to the memory maximum and every accumulation A while one island
-  stays within the batch limit, each step time from a full FSDP simulation (no linearity
-  shortcut),
+  stays within the batch limit (in both gradient-sync modes with ``gradientSync: auto``),
+  each step time from a full FSDP simulation (no linearity shortcut),
 * every layout (k islands of one shape per pool, or none) within the island and GPU limits,
 * every combination of the pools' configurations, keeping those whose sequences add up to
   [B, L] (with ``runtime: torchtitan-ft`` only those where every island processes the same),
@@ -29,7 +29,7 @@ from shardmeter.sim.fsdp import FSDPDurations, simulate_fsdp_step
 from shardmeter.sim.outer import IslandPlacement, outer_link
 from shardmeter.sim.scenario import IslandShape, fragment_all_reduce_seconds
 from shardmeter.sim.settings import choose_blocking_sync_every, choose_sync_every, search_settings
-from shardmeter.spec.training import StrategyKind
+from shardmeter.spec.training import GradientSync, StrategyKind
 
 
 @dataclass(frozen=True)
@@ -64,19 +64,30 @@ class Option:
     configs: tuple[Config, ...]
 
 
-def _configs(cm: CostModel, shape: IslandShape, limit: int, on_gpu: bool) -> tuple[Config, ...]:
-    r = shape.ranks
-    b1 = cm.max_micro_batch(r, 1, on_gpu)
-    b_acc = cm.max_micro_batch(r, 2, on_gpu)
+def _configs(
+    cm: CostModel, shape: IslandShape, limit: int, on_gpu: bool, spec: PlanSpec
+) -> tuple[Config, ...]:
+    r, g = shape.ranks, shape.gpus_per_node
+    mode = spec.training.gradient_sync
+    modes = (
+        [GradientSync.EVERY_MICRO_BATCH, GradientSync.LAST_MICRO_BATCH]
+        if mode is GradientSync.AUTO
+        else [mode]
+    )
     out = []
-    for b in range(1, b1 + 1):
-        if b * r > limit:
-            break
-        d = FSDPDurations.from_cost_model(cm, shape.nodes, shape.gpus_per_node, b)
-        a = 1
-        while a * b * r <= limit and (a == 1 or b <= b_acc):
-            out.append(Config(b, a, a * b * r, simulate_fsdp_step(d, a).step_s))
-            a += 1
+    for sync in modes:
+        b1 = cm.max_micro_batch(r, 1, on_gpu, gradient_sync=sync, gpus_per_node=g)
+        b_acc = cm.max_micro_batch(r, 2, on_gpu, gradient_sync=sync, gpus_per_node=g)
+        for b in range(1, b1 + 1):
+            if b * r > limit:
+                break
+            d = FSDPDurations.from_cost_model(cm, shape.nodes, shape.gpus_per_node, b)
+            a = 1
+            while a * b * r <= limit and (a == 1 or b <= b_acc):
+                out.append(
+                    Config(b, a, a * b * r, simulate_fsdp_step(d, a, gradient_sync=sync).step_s)
+                )
+                a += 1
     return tuple(out)
 
 
@@ -99,7 +110,7 @@ def _options(spec: PlanSpec, limit: int) -> list[list[Option | None]]:
                 if c.max_gpus_per_island is not None and r > c.max_gpus_per_island:
                     continue
                 shape = IslandShape(n, g)
-                configs = _configs(cm, shape, limit, on_gpu)
+                configs = _configs(cm, shape, limit, on_gpu, spec)
                 if not configs:
                     continue
                 for k in range(1, kmax + 1):

@@ -2,8 +2,8 @@
 with promtool on synthetic series (deploy/helm/shardmeter/tests/alerts_test.yaml), and checked
 against the metrics the operator exports.
 
-promtool comes from Debian's `prometheus` package; ``.ci/run`` installs it. A missing promtool
-fails the test unless SHARDMETER_ALLOW_MISSING_TOOLS=1.
+promtool comes from Debian's `prometheus` package, unpacked into .venv/bin by `make tools` (part
+of `make test`). A missing promtool fails the test unless SHARDMETER_ALLOW_MISSING_TOOLS=1.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -32,10 +33,12 @@ ALERTS = {
 
 
 def promtool() -> str:
-    found = shutil.which("promtool")
+    found = shutil.which("promtool") or shutil.which(
+        "promtool", path=str(Path(sys.executable).parent)
+    )
     if found:
         return found
-    hint = "apt-get install -y prometheus (.ci/run does)"
+    hint = "`make tools` unpacks it from Debian's prometheus package"
     if os.environ.get("SHARDMETER_ALLOW_MISSING_TOOLS") == "1":
         pytest.skip(f"promtool is not installed ({hint})")
     pytest.fail(f"promtool is not installed: {hint} (or set SHARDMETER_ALLOW_MISSING_TOOLS=1)")

@@ -15,7 +15,7 @@ import kopf
 from pydantic import ValidationError
 
 from shardmeter.cost.coefficients import CoefficientsDocument, Source
-from shardmeter.cost.priors import prior_coefficients
+from shardmeter.cost.priors import pool_priors
 from shardmeter.errors import SpecError, spec_error_from_validation
 from shardmeter.spec.training import Precision
 from shardmeter_operator import metrics
@@ -77,7 +77,7 @@ async def reconcile_pool(
     owner = owner_reference("GPUPool", name, uid)
     ns = cfg.namespace
     cm_name = coefficients_configmap_name(name)
-    prior = prior_coefficients(spec.gpu, spec.intra, spec.inter, Precision.BF16, pool=name)
+    prior = pool_priors(spec, Precision.BF16, name)
     cm = await kube.get("v1", "ConfigMap", ns, cm_name)
     doc: CoefficientsDocument | None = None
     note = ""

@@ -152,6 +152,9 @@ class TreeSearch:
         self.expanded = 0
         self._last_report = 0.0
         self._cells_cache: dict[int, IntArray] = {}
+        gpn = ev.outer.gpus_per_node
+        self.min_rails = float((t.ranks / gpn[t.pool]).min(initial=1.0))
+        """The fewest node networks any island fills (the worst outer all_reduce)."""
         self.grid_top = self.tables.max_step
 
     # ---- public ---------------------------------------------------------------------------
@@ -386,7 +389,7 @@ class TreeSearch:
         t_lb = np.where(has_more, t_lb, math.inf)
         product_lb = np.maximum(product_lb, self._spend_bound(node, opts, pos))
         finite = np.isfinite(t_lb)
-        h_ub = ev.outer.sync_every_upper(np.where(finite, t_lb, 1.0), self.kmax)
+        h_ub = ev.outer.sync_every_upper(np.where(finite, t_lb, 1.0), self.kmax, self.min_rails)
         overhead_lb = outer_s / h_ub
         time_lb = np.where(finite, ev.steps * (t_lb + overhead_lb), math.inf)
         # cost = rate × (T + overhead) × steps: rate·T ≥ product_lb, rate ≥ rate_lb

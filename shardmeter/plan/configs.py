@@ -42,6 +42,7 @@ from shardmeter.cost.model import CostModel
 from shardmeter.plan.schema import PlanSpec
 from shardmeter.sim.fsdp import FSDPDurations
 from shardmeter.sim.scenario import IslandShape, IslandStepModel
+from shardmeter.spec.training import GradientSync
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -100,13 +101,20 @@ class ConfigVariant:
 
     name: str = ""
     """Shown in plans when non-empty (e.g. ``gradientSync=last-micro-batch``)."""
+    gradient_sync: GradientSync | None = None
+    """The FSDP gradient-accumulation mode (None: the training spec's)."""
     training_overrides: tuple[tuple[str, Any], ...] = ()
-    """`TrainingSpec` fields this variant sets."""
+    """Further `TrainingSpec` fields this variant sets."""
 
 
 def config_variants(spec: PlanSpec) -> list[ConfigVariant]:
-    """The variants the optimizer tries (today only the request's own training settings)."""
-    del spec
+    """The variants the optimizer tries: both gradient-sync modes when the request says
+    ``gradientSync: auto``, else the request's own training settings."""
+    if spec.training.gradient_sync is GradientSync.AUTO:
+        return [
+            ConfigVariant(f"gradientSync={mode.value}", mode)
+            for mode in (GradientSync.EVERY_MICRO_BATCH, GradientSync.LAST_MICRO_BATCH)
+        ]
     return [ConfigVariant()]
 
 
@@ -205,9 +213,10 @@ def micro_batch_plan(
     r = shape.ranks
     b_step = grid.quantum // math.gcd(grid.quantum, r)
     out = []
-    for _, vcm in variants:
-        b1 = vcm.max_micro_batch(r, 1, outer_state_on_gpu)
-        b_acc = vcm.max_micro_batch(r, 2, outer_state_on_gpu)
+    for variant, vcm in variants:
+        sync, g = variant.gradient_sync, shape.gpus_per_node
+        b1 = vcm.max_micro_batch(r, 1, outer_state_on_gpu, gradient_sync=sync, gpus_per_node=g)
+        b_acc = vcm.max_micro_batch(r, 2, outer_state_on_gpu, gradient_sync=sync, gpus_per_node=g)
         upper = min(b1, grid.limit // r)
         candidates = micro_batch_candidates(upper, b_step)
         out.append(MicroBatchPlan(tuple(candidates), b1, b_acc, len(candidates) < upper // b_step))
@@ -221,7 +230,8 @@ def shape_dominates(
     micro_batches: Sequence[int],
 ) -> bool:
     """``better`` (same GPUs, fewer nodes) is never slower than ``shape``: at every micro-batch
-    and variant each of its FSDP tasks is at most as long (see `_durations_dominate`)."""
+    and variant each of its FSDP tasks is at most as long (see `_durations_dominate`). The
+    caller checks that ``better`` fits at least the same micro-batches."""
     return all(
         _durations_dominate(
             FSDPDurations.from_cost_model(vcm, better.nodes, better.gpus_per_node, b),
@@ -256,7 +266,7 @@ def build_shape_table(
     for vi, plan in enumerate(plans):
         vcm, b_acc = variants[vi][1], plan.b_acc
         for b in plan.micro_batches:
-            model = IslandStepModel(vcm, shape, b)
+            model = IslandStepModel(vcm, shape, b, gradient_sync=variants[vi][0].gradient_sync)
             tried += 1
             models[(vi, b)] = model
             unit = b * r // u  # cells per micro-step
@@ -307,9 +317,22 @@ def candidate_shapes(
 
 
 def class_key(cm: CostModel) -> str:
-    """Pools whose islands run at the same speed share their tables: same GPU and the same
-    predictive coefficients (names, prices, sites and node counts do not change a step)."""
+    """Pools whose islands run at the same speed share their tables: the same hardware (GPU,
+    GPUs per node, links, network, power cap) and the same predictive coefficients — names,
+    node counts, prices, sites and WAN uplinks do not change an island's step."""
+    hardware = cm.pool.model_dump(
+        mode="json",
+        exclude={
+            "name",
+            "nodes",
+            "max_nodes",
+            "price_per_gpu_hour_usd",
+            "site",
+            "wan_uplink",
+            "coefficients",
+        },
+    )
     doc = cm.coefficients.model_dump(
         mode="json", include={"gpu", "precision", "compute", "communication", "memory"}
     )
-    return json.dumps([cm.pool.gpu.model_dump(mode="json"), doc], sort_keys=True)
+    return json.dumps([hardware, doc], sort_keys=True)

@@ -176,7 +176,7 @@ class Evaluator:
         gpus = np.where(used, t.gpus[opt], 0).sum(axis=1)
         nodes = np.where(used, t.nodes[opt], 0).sum(axis=1)
         rate = np.where(used, t.usd_per_hour[opt], 0.0).sum(axis=1)
-        rails = np.where(used, t.ranks[opt], np.iinfo(np.int64).max).min(axis=1)
+        rails = np.where(used, t.ranks[opt] / self.outer.gpus_per_node[None, :], np.inf).min(axis=1)
         outer_s = np.where(used, t.outer_step_s[opt], 0.0).max(axis=1)
         status = np.where(islands > 0, OK, EMPTY)
         status = np.where((status == OK) & ~np.isfinite(step_s), BATCH_UNREACHABLE, status)

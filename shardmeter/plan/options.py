@@ -40,7 +40,7 @@ from shardmeter.plan.configs import (
 )
 from shardmeter.plan.schema import PlanPool, PlanSpec
 from shardmeter.sim.scenario import IslandShape
-from shardmeter.spec.training import StrategyKind
+from shardmeter.spec.training import GradientSync, StrategyKind
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -138,8 +138,12 @@ class ShapeCache:
             variants = self._variants(cm, key)
             on_gpu = self.spec.strategy.outer_state_on_gpu and self.spec.strategy.is_diloco
             plans = micro_batch_plan(variants, shape, self.grid, on_gpu)
+            mine = micro_batch_plan(variants, by, self.grid, on_gpu)
+            fits = all(
+                a.b_max >= b.b_max and a.b_acc >= b.b_acc for a, b in zip(mine, plans, strict=True)
+            )
             bs = sorted({b for p in plans for b in p.micro_batches})
-            self._dominated[k] = shape_dominates(variants, by, shape, bs)
+            self._dominated[k] = fits and shape_dominates(variants, by, shape, bs)
         return self._dominated[k]
 
     def _variants(self, cm: CostModel, key: str) -> list[tuple[ConfigVariant, CostModel]]:
@@ -188,7 +192,10 @@ def build_pool_context(
 
 def _why_not(cm: CostModel, spec: PlanSpec, ranks: int) -> str:
     on_gpu = spec.strategy.outer_state_on_gpu and spec.strategy.is_diloco
-    if cm.max_micro_batch(ranks, 1, on_gpu) < 1:
+    if (
+        cm.max_micro_batch(ranks, 1, on_gpu) < 1
+        and cm.max_micro_batch(ranks, 1, on_gpu, gradient_sync=GradientSync.LAST_MICRO_BATCH) < 1
+    ):
         return "one sequence per GPU does not fit in memory"
     return "no micro-batch fits the global batch quantum"
 

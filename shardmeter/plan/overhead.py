@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from shardmeter.cost.priors import LINK_EFFICIENCY
+from shardmeter.cost.priors import LINK_EFFICIENCY_BY_KIND
 from shardmeter.plan.options import PoolContext
 from shardmeter.plan.schema import PlanSpec
 from shardmeter.sim.diloco import fragment_params
@@ -61,6 +61,11 @@ class OuterModel:
         self.uplink_bw = np.array(
             [p.wan_uplink.bandwidth_bytes_per_s if p.wan_uplink else np.nan for p in pools]
         )
+        self.uplink_efficiency = np.array(
+            [LINK_EFFICIENCY_BY_KIND[p.wan_uplink.kind] if p.wan_uplink else np.nan for p in pools]
+        )
+        self.gpus_per_node = np.array([p.gpus_per_node for p in pools], dtype=np.float64)
+        """An island fills its GPUs ÷ GPUs per node of node networks (`sim.outer`)."""
         fits = [fabric_fit(c.cost_model) for c in contexts]
         self.fabric_latency = np.array([f[0] for f in fits])
         self.fabric_spb = np.array([f[1] for f in fits])
@@ -82,9 +87,10 @@ class OuterModel:
 
     # ---- the link ---------------------------------------------------------------------------
     def link(
-        self, used: BoolArray, rails: IntArray
+        self, used: BoolArray, rails: FloatArray
     ) -> tuple[FloatArray, FloatArray, FloatArray, BoolArray]:
-        """(latency, seconds per byte, parallel rails, ok) of each plan's outer all_reduce."""
+        """(latency, seconds per byte, parallel rails, ok) of each plan's outer all_reduce
+        (``rails``: the smallest island's share of node networks)."""
         site = np.where(used, self.site[None, :], -1)
         lo = np.where(used, site, np.iinfo(np.int64).max).min(axis=1)
         multi = site.max(axis=1) != lo
@@ -92,17 +98,20 @@ class OuterModel:
         ok = ~(multi & missing)
         with np.errstate(invalid="ignore", divide="ignore"):
             wan_l = np.max(np.where(used, self.uplink_latency[None, :], -np.inf), axis=1)
-            wan_bw = np.min(np.where(used, self.uplink_bw[None, :], np.inf), axis=1)
-            wan_spb = 1.0 / (wan_bw * LINK_EFFICIENCY)
+            bw = np.where(used, self.uplink_bw[None, :], np.inf)
+            bw = np.where(np.isnan(bw), np.inf, bw)
+            slowest = np.argmin(bw, axis=1)  # the first slowest uplink, as `wan_link` takes
+            rows = np.arange(len(bw))
+            wan_spb = 1.0 / (bw[rows, slowest] * self.uplink_efficiency[slowest])
         fab_l = np.where(used, self.fabric_latency[None, :], 0.0).max(axis=1)
         fab_spb = np.where(used, self.fabric_spb[None, :], 0.0).max(axis=1)
         lat = np.where(multi, wan_l, fab_l)
         spb = np.where(multi, wan_spb, fab_spb)
-        r = np.where(multi, 1, rails).astype(np.float64)
+        r = np.where(multi, 1.0, rails).astype(np.float64)
         return (
             np.where(ok, lat, 0.0),
             np.where(ok, spb, 0.0),
-            np.maximum(r, 1.0),
+            np.where(r > 0, r, 1.0),
             np.asarray(ok),
         )
 
@@ -111,7 +120,7 @@ class OuterModel:
         self,
         used: BoolArray,
         islands: IntArray,
-        rails: IntArray,
+        rails: FloatArray,
         outer_step_s: FloatArray,
         step_s: FloatArray,
         active: BoolArray | None = None,
@@ -183,7 +192,7 @@ class OuterModel:
         self,
         used: BoolArray,
         islands: IntArray,
-        rails_in: IntArray,
+        rails_in: FloatArray,
         outer_s: FloatArray,
         step: FloatArray,
     ) -> OuterResult:
@@ -272,10 +281,12 @@ class OuterModel:
         return OuterResult(h_out, f_out, tau_out, blocking, found, overhead, ok)
 
     # ---- bounds -----------------------------------------------------------------------------
-    def sync_every_upper(self, step_lb: FloatArray, max_islands: int) -> FloatArray:
+    def sync_every_upper(
+        self, step_lb: FloatArray, max_islands: int, min_rails: float = 1.0
+    ) -> FloatArray:
         """An upper bound on the ``sync_every`` the rule picks for any plan of at most
         ``max_islands`` islands whose inner step is at least ``step_lb``: the zero-blocking H
-        of the worst outer link (a plan with a faster all_reduce or a longer step is
+        of the worst outer link (slowest latency and bandwidth, fewest rails ``min_rails``) (a plan with a faster all_reduce or a longer step is
         zero-blocking at that H too, and the rule takes the smallest such H); the largest
         candidate where even that blocks."""
         n = len(step_lb)
@@ -284,11 +295,12 @@ class OuterModel:
             return np.ones(n)
         lats = np.concatenate([self.uplink_latency, self.fabric_latency])
         lat = float(lats[np.isfinite(lats)].max())
-        bws = self.uplink_bw[np.isfinite(self.uplink_bw)]
-        wan_spb = [1.0 / (float(bws.min()) * LINK_EFFICIENCY)] if len(bws) else []
+        ok = np.isfinite(self.uplink_bw)
+        wan_spb = list(1.0 / (self.uplink_bw[ok] * self.uplink_efficiency[ok]))
         spb = float(np.max(np.concatenate([wan_spb, self.fabric_spb])))
         k = np.full(1, float(max_islands))
-        ar = self._all_reduce(np.full(1, lat), np.full(1, spb), np.ones(1), k, self.payload_max)[
+        rails = np.full(1, min(1.0, min_rails))
+        ar = self._all_reduce(np.full(1, lat), np.full(1, spb), rails, k, self.payload_max)[
             0
         ]  # (F,)
         step = np.maximum(step_lb, 1e-30)

@@ -18,7 +18,12 @@ from shardmeter.plan.search import SearchOutput
 from shardmeter.sim.diloco import DiLoCoResult
 from shardmeter.sim.fsdp import StepResult
 from shardmeter.sim.outer import IslandPlacement, outer_link
-from shardmeter.sim.scenario import DiLoCoIsland, fragment_all_reduce_seconds, simulate_islands
+from shardmeter.sim.scenario import (
+    DiLoCoIsland,
+    fragment_all_reduce_seconds,
+    resolved_gradient_sync,
+    simulate_islands,
+)
 from shardmeter.sim.settings import SettingsChoice, choose_sync_every, search_settings
 from shardmeter.spec.training import StrategyKind
 
@@ -40,6 +45,8 @@ class IslandGroup:
     """One island's inner step."""
     variant: str = ""
     """Further per-configuration settings (see `shardmeter.plan.configs.ConfigVariant`)."""
+    gradient_sync: str = ""
+    """The FSDP gradient-accumulation mode the islands run (every- or last-micro-batch)."""
 
     @property
     def label(self) -> str:
@@ -95,7 +102,8 @@ def summarise(out: SearchOutput, ev: Evaluation, i: int) -> PlanSummary:
     appor = out.evaluator.apportion(ev.choice[i])
     assert appor is not None, "a feasible layout has an apportioning"
     _, cells = appor
-    variants = [v.name for v in _variants(out)]
+    variants = _variants(out)
+    default_sync = resolved_gradient_sync(out.contexts[0].cost_model, None).value
     groups = []
     total = 0
     for p, o in enumerate(ev.choice[i]):
@@ -117,7 +125,8 @@ def summarise(out: SearchOutput, ev: Evaluation, i: int) -> PlanSummary:
                 accumulation=int(table.accumulation[c]),
                 local_batch_tokens=c * grid.quantum * seq_len,
                 step_s=float(table.step_s[c]),
-                variant=variants[int(table.variant[c])],
+                variant=variants[int(table.variant[c])].name,
+                gradient_sync=str(variants[int(table.variant[c])].gradient_sync or default_sync),
             )
         )
     return PlanSummary(
