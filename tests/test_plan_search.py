@@ -117,3 +117,20 @@ def test_infeasible_budget_names_the_objective_field() -> None:
     )
     with pytest.raises(InfeasibleError, match=r"raise objective\.timeBudgetHours"):
         search(spec)
+
+
+def test_short_accumulations_are_simulated_as_the_step_model_does() -> None:
+    """`first_steps` simulates only the micro-steps a configuration can use; its numbers must
+    be the step model's own."""
+    from shardmeter.cost.model import CostModel
+    from shardmeter.plan.configs import first_steps
+    from shardmeter.sim.scenario import IslandShape, IslandStepModel
+    from shardmeter.spec.training import GradientSync
+
+    spec = random_spec(3)
+    cm = CostModel(spec.model, spec.training, spec.pools[0])
+    for sync in (GradientSync.EVERY_MICRO_BATCH, GradientSync.LAST_MICRO_BATCH):
+        for shape in (IslandShape(1, 2), IslandShape(2, 2)):
+            model = IslandStepModel(cm, shape, 2, gradient_sync=sync)
+            assert first_steps(model, 2) == [model.step_s(1), model.step_s(2)]
+            assert first_steps(model, 1) == [model.step_s(1)]

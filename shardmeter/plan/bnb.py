@@ -304,7 +304,11 @@ class TreeSearch:
         for a in range(0, len(opts), CHILD_CHUNK):
             sl = slice(a, a + CHILD_CHUNK)
             time_lb[sl], cost_lb[sl] = self._score_children(node, opts[sl])
-        alive = np.isfinite(time_lb) & ~self._pruned(time_lb, cost_lb)
+        # only children that can still grow (a later pool, an island to spare) are expanded
+        grows = (self.position[opts] + 1 < self.n_pools) & (
+            node.islands + t.islands[opts] < self.kmax
+        )
+        alive = grows & np.isfinite(time_lb) & ~self._pruned(time_lb, cost_lb)
         share = weight / max(len(opts), 1)
         self.done_weight += share * float((~alive).sum()) + (weight if not len(opts) else 0.0)
         opts, time_lb, cost_lb = opts[alive], time_lb[alive], cost_lb[alive]
