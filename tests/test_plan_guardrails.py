@@ -63,12 +63,12 @@ def test_blocking_that_cannot_be_hidden_is_reported_with_the_guard_rails() -> No
 
 
 def test_the_operator_publishes_the_blocking_its_alert_fires_on() -> None:
-    from shardmeter_operator.planning import plan_status
+    from shardmeter_operator.planning import plan_outcome
 
     spec = slow_wan_case_study(maxSyncEvery=100)
-    outcome = plan_status("slow", spec, {}, {})
-    assert outcome.status["predictions"]["outerStepBlockingSeconds"] > 0
-    assert outcome.status["streamingDiLoCo"]["syncEvery"] <= 100
+    outcome = plan_outcome("slow", spec, {})
+    assert outcome.predictions.outer_step_blocking_seconds > 0
+    assert outcome.settings is not None and outcome.settings.sync_every <= 100
 
 
 def test_scalar_rule_never_exceeds_the_guard_rails() -> None:
