@@ -191,21 +191,36 @@ def resolve_settings(
     h = strategy.sync_every if isinstance(strategy.sync_every, int) else None
     if strategy.kind is StrategyKind.DILOCO:
         if h is None:
-            h = choose_blocking_sync_every(step_s, all_reduce(1)[0])
+            h = choose_blocking_sync_every(
+                step_s, all_reduce(1)[0], max_sync_every=strategy.max_sync_every
+            )
         return search_settings(h, step_s, all_reduce, 1, fragments=1, delay=0)
     f = strategy.fragments if isinstance(strategy.fragments, int) else None
     tau = strategy.fragment_sync_delay if isinstance(strategy.fragment_sync_delay, int) else None
+    max_delay, max_h = strategy.max_fragment_sync_delay, strategy.max_sync_every  # guard-rails
     if h is None:
-        choice = choose_sync_every(step_s, all_reduce, model.num_layers, f, tau)
+        choice = choose_sync_every(
+            step_s,
+            all_reduce,
+            model.num_layers,
+            f,
+            tau,
+            max_sync_every=max_h,
+            max_delay=max_delay,
+        )
     else:
-        choice = search_settings(h, step_s, all_reduce, model.num_layers, f, tau)
+        choice = search_settings(
+            h, step_s, all_reduce, model.num_layers, f, tau, max_delay=max_delay
+        )
     if choice.zero_blocking or (f is None and tau is None):
         return choice
     # the user's fixed values block: say what the free search would pick instead
     free = (
-        search_settings(h, step_s, all_reduce, model.num_layers)
+        search_settings(h, step_s, all_reduce, model.num_layers, max_delay=max_delay)
         if h is not None
-        else choose_sync_every(step_s, all_reduce, model.num_layers)
+        else choose_sync_every(
+            step_s, all_reduce, model.num_layers, max_sync_every=max_h, max_delay=max_delay
+        )
     )
     advice = (
         f"recommended instead: syncEvery {free.sync_every}, fragments {free.fragments}, "
