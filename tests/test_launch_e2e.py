@@ -41,6 +41,7 @@ REPO = Path(__file__).resolve().parents[1]
 PLAN, NS = "e2e", "default"
 SEQ, MICRO, ACCUM, ISLANDS = 64, 2, 2, 2
 SYNC_EVERY, FRAGMENTS, DELAY, OUTER_STEPS = 4, 2, 1, 3
+LOG_FREQ = 1
 
 
 def cpu_template() -> dict[str, Any]:
@@ -56,6 +57,7 @@ def cpu_template() -> dict[str, Any]:
     }
     assert set(swap) <= set(trainer["command"]), "the example's trainer command changed"
     trainer["command"] = [swap.get(a, a) for a in trainer["command"]]
+    trainer["command"].append(f"--metrics.log_freq={LOG_FREQ}")  # a metric line every step
     return dict(template)
 
 
@@ -218,6 +220,9 @@ def test_rendered_islands_train_with_streaming_diloco(tmp_path: Path) -> None:
         lighthouse_log = lh.text()
     wall_s = time.monotonic() - started
     print(f"e2e wall time {wall_s:.1f} s")
+    if os.environ.get("DUMP_E2E"):
+        for r in running:
+            (Path(os.environ["DUMP_E2E"]) / f"{r.pod.name}.log").write_text(r.text())
 
     # both replicas joined one quorum: the lighthouse's own line lists both
     quorums = [line for line in lighthouse_log.splitlines() if "Quorum! Quorum {" in line]

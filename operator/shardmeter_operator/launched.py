@@ -22,6 +22,7 @@ from shardmeter_operator.launch import (
 from shardmeter_operator.manifests import (
     PLAN_REVISION_LABEL,
 )
+from shardmeter_operator.observe import launch_digest, observe_only_change, observe_plan
 from shardmeter_operator.plancontext import (
     PlanContext,
     PlanResult,
@@ -41,6 +42,7 @@ from shardmeter_operator.resources import (
     IslandState,
     LaunchRecord,
     TrainingPlanPhase,
+    TrainingPlanSpec,
     TrainingPlanStatus,
 )
 from shardmeter_operator.runtime_manifests import launch_manifests, launchable_run, refuse_launch
@@ -94,7 +96,11 @@ async def reconcile_launched(
             uid, ok.spec.relaunch, st.islands, st.streaming_di_lo_co, ok.spec.template
         )
         st.launch = LaunchRecord(
-            revision=revision, relaunch=ok.spec.relaunch, generation=generation, complete=False
+            revision=revision,
+            relaunch=ok.spec.relaunch,
+            generation=generation,
+            complete=False,
+            spec_digest=launch_digest(ok.spec),
         )
         st.phase = TrainingPlanPhase.PLANNED
         out.events.append(("Normal", Reason.RELAUNCHING, f"relaunch {ok.spec.relaunch}: {st.plan}"))
@@ -113,10 +119,11 @@ async def reconcile_launched(
         if not st.launch.complete:
             return
         children = await list_children(ctx.kube, namespace, uid)
-    drift(st, generation, out)
+    drift(st, generation, out, ok.spec if ok is not None else None)
     if ok is not None and _needs_reevaluation(st, ok, ctx):
         await _reevaluate(name, namespace, generation, ok, ctx, out)
     follow(name, namespace, generation, children, ctx, out)
+    await observe_plan(name, namespace, uid, ok, ctx, out)
 
 
 def _needs_reevaluation(st: TrainingPlanStatus, ok: Validated, ctx: PlanContext) -> bool:
@@ -127,11 +134,16 @@ def _needs_reevaluation(st: TrainingPlanStatus, ok: Validated, ctx: PlanContext)
     )
 
 
-def drift(st: TrainingPlanStatus, generation: int, out: PlanResult) -> None:
+def drift(
+    st: TrainingPlanStatus,
+    generation: int,
+    out: PlanResult,
+    spec: TrainingPlanSpec | None = None,
+) -> None:
     assert st.launch is not None
     launched = st.launch.generation
     before = get_condition(st.conditions, Type.SPEC_CHANGED_AFTER_LAUNCH)
-    if generation != launched:
+    if generation != launched and not observe_only_change(st, spec):
         message = (
             f"the spec changed (generation {generation}) after the launch of generation "
             f"{launched}: not applied to the running islands; bump spec.relaunch to relaunch "

@@ -20,6 +20,12 @@ from pydantic.alias_generators import to_camel
 from shardmeter.plan.schema import PlanRequest
 from shardmeter.spec.base import SpecModel
 from shardmeter.spec.hardware import PoolHardware
+from shardmeter_operator.observed_status import (
+    IslandObservation,
+    ObserveSpec,
+    PlanObservation,
+    PoolObservedStatus,
+)
 
 GROUP = "shardmeter.io"
 VERSION = "v1alpha1"
@@ -126,6 +132,8 @@ class GPUPoolStatus(_Status):
     next_retry_at: str = ""
     coefficients_revision: str = Field(default="", max_length=64)
     """Changes whenever the pool's coefficients change; TrainingPlans re-plan on it."""
+    observed: PoolObservedStatus | None = None
+    """The correction learned from the pool's running islands, on top of ``source``."""
     conditions: list[Condition] = Field(default_factory=list, max_length=16)
 
 
@@ -188,6 +196,9 @@ class TrainingPlanSpec(PlanRequest):
     """A batch/v1 JobTemplateSpec for one island's workers (metadata and spec)."""
     fault_tolerance: FaultToleranceSpec = Field(default_factory=FaultToleranceSpec)
     """The torchft lighthouse and managers of a launched DiLoCo plan."""
+    observe: ObserveSpec = Field(default_factory=ObserveSpec)
+    """Observation of the running islands (drift, recalibration); may change after launch
+    without counting as a spec change of the running islands."""
 
 
 class TrainingPlanPhase(StrEnum):
@@ -230,6 +241,8 @@ class IslandStatus(_Status):
     """CamelCase cause of the state, e.g. PodsRejected, BackoffLimitExceeded."""
     message: str = Field(default="", max_length=1024)
     """For humans, e.g. the quota or PodSecurity message that rejected the pods."""
+    observed: IslandObservation | None = None
+    """Rank 0's step times and syncs as last read from its log (see ``spec.observe``)."""
 
 
 class LaunchRecord(_Status):
@@ -244,6 +257,9 @@ class LaunchRecord(_Status):
     """The spec generation that was launched."""
     complete: bool = False
     """Every child has been created (missing ones are then reported, never re-created)."""
+    spec_digest: str = Field(default="", max_length=64)
+    """Hash of the launched spec without ``observe`` (editing observation is no spec
+    change of the running islands); empty in records written before it existed."""
 
 
 class DiLoCoSettings(_Status):
@@ -275,6 +291,8 @@ class PoolCoefficients(_Status):
     pool: str = Field(max_length=253)
     source: Literal["measured", "prior"]
     revision: str = Field(default="", max_length=64)
+    observed_compute_scale: float | None = None
+    """The pool's observed correction applied on top of ``source`` (None: none)."""
 
 
 class TrainingPlanStatus(_Status):
@@ -292,4 +310,6 @@ class TrainingPlanStatus(_Status):
     jobs: list[str] = Field(default_factory=list, max_length=64)
     launch: LaunchRecord | None = None
     """Set once the plan is launched; islands and settings are frozen from then on."""
+    observed: PlanObservation | None = None
+    """The running islands' observations held against the predictions."""
     conditions: list[Condition] = Field(default_factory=list, max_length=16)
