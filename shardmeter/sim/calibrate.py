@@ -22,8 +22,8 @@ from shardmeter.sim.fsdp import DEFAULT_MAX_INFLIGHT, FSDPDurations
 from shardmeter.sim.scenario import extrapolated_step_s, first_steps_s
 from shardmeter.spec.training import GradientSync
 
-MIN_SCALE, MAX_SCALE = 0.05, 20.0
-"""The compute scales searched (20× slower to 20× faster than the base coefficients)."""
+MIN_SCALE, MAX_SCALE = 0.01, 100.0
+"""The compute scales searched (100× faster to 100× slower than the base coefficients)."""
 RELATIVE_TOLERANCE = 1e-4
 
 
