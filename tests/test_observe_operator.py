@@ -320,3 +320,51 @@ async def test_nothing_to_observe_says_why(tmp_path: Path) -> None:
         pool = cluster.get("gpupools", None, "lab")
         assert pool is not None and not (pool.get("status") or {}).get("observed")
         json.dumps(status)  # the status stays plain JSON
+
+
+async def test_a_prometheus_query_gives_the_step_and_observe_edits_are_no_spec_change(
+    tmp_path: Path,
+) -> None:
+    from test_observe_prometheus import prometheus, vector
+
+    query = 'shardmeter_test_step_seconds{island="$island"}'
+    answers = {
+        'shardmeter_test_step_seconds{island="prom-island-0"}': (200, vector(0.0421)),
+        'shardmeter_test_step_seconds{island="prom-island-1"}': (200, vector(1.0, 2.0)),
+    }
+    with prometheus(answers) as (url, seen):
+        async with operator_cluster(
+            tmp_path, observe_interval_s=0.3, prometheus_url=url
+        ) as cluster:
+            await apply(cluster, POOL, plan("prom", stepSecondsQuery=query))
+            launched = await status_of(
+                cluster, "trainingplans", "default", "prom", lambda s: s.get("phase") == "Launched"
+            )
+            await run_islands(cluster, launched, LOGS)
+            status = await status_of(cluster, "trainingplans", "default", "prom", observed)
+            first, second = (i["observed"] for i in status["islands"])
+            assert first["source"] == "prometheus" and first["stepSecondsP50"] == 0.0421
+            assert first["stepSecondsP90"] is None and first["tokensPerSecond"]  # the rest: log
+            assert second["source"] == "log" and "2 series, 1 needed" in second["message"]
+            assert set(seen) == set(answers)
+
+            # observation settings may change after launch: not a change of the running islands
+            edited = plan("prom", stepSecondsQuery=query, driftThreshold=5.0)
+            await apply(cluster, edited)
+            status = await status_of(
+                cluster,
+                "trainingplans",
+                "default",
+                "prom",
+                lambda s: (s.get("observed") or {}).get("driftThreshold") == 5.0,
+            )
+            assert condition(status, "SpecChangedAfterLaunch")["status"] == "False"
+            edited["spec"]["training"]["totalTokens"] = 2**32  # a real change is reported
+            await apply(cluster, edited)
+            await status_of(
+                cluster,
+                "trainingplans",
+                "default",
+                "prom",
+                lambda s: condition(s, "SpecChangedAfterLaunch")["status"] == "True",
+            )
