@@ -241,8 +241,9 @@ class IslandStatus(_Status):
     """CamelCase cause of the state, e.g. PodsRejected, BackoffLimitExceeded."""
     message: str = Field(default="", max_length=1024)
     """For humans, e.g. the quota or PodSecurity message that rejected the pods."""
-    observed: IslandObservation | None = None
-    """Rank 0's step times and syncs as last read from its log (see ``spec.observe``)."""
+    observed: IslandObservation | None = Field(default=None, exclude_if=lambda v: v is None)
+    """Rank 0's step times and syncs as last read from its log (see ``spec.observe``);
+    absent until read (list items are replaced whole, so no null is needed to clear it)."""
 
 
 class LaunchRecord(_Status):
@@ -291,8 +292,8 @@ class PoolCoefficients(_Status):
     pool: str = Field(max_length=253)
     source: Literal["measured", "prior"]
     revision: str = Field(default="", max_length=64)
-    observed_compute_scale: float | None = None
-    """The pool's observed correction applied on top of ``source`` (None: none)."""
+    observed_compute_scale: float | None = Field(default=None, exclude_if=lambda v: v is None)
+    """The pool's observed correction applied on top of ``source`` (absent: none)."""
 
 
 class TrainingPlanStatus(_Status):

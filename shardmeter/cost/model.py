@@ -29,11 +29,8 @@ precision. Every feature belongs to one kind of work — matmuls (``t_h_q``, ``t
   MLP up projection of a gated MLP; K, O and down for a plain one) plus all element-wise
   work, attention excluded.
 
-**Observed correction.** A document whose ``observed`` section holds a compute scale (learned
-from the pool's running islands, `shardmeter.cost.observed`) multiplies every compute time —
-unit passes with their recomputation, the optimizer step, FSDP's copies out of the gather
-buffer, the outer optimizer — by it, after the roofline guard; collectives are untouched. A
-prior document keeps its correction when it is rebuilt for the model's shape.
+**Observed correction** (`shardmeter.cost.observed`): its compute scale multiplies every
+compute time (after the roofline guard), never a collective; priors rebuilt keep it.
 """
 
 from __future__ import annotations
@@ -135,8 +132,7 @@ class CostModel:
         else:
             coefficients = self._per_node_network(coefficients)
         self.coefficients = coefficients
-        self.compute_scale = coefficients.compute_scale
-        """The observed correction's factor on compute times (1.0 without one)."""
+        self.compute_scale = coefficients.compute_scale  # the observed correction (1.0: none)
         self.gpu: GPUSpec = coefficients.gpu
         self.peak_flop_per_s = self.gpu.peak_flop_per_s(training.precision.value)
         self.clock_fraction = clock_fraction(
