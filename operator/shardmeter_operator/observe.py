@@ -132,6 +132,8 @@ async def observe_plan(
         st.observed is not None
         and (left := interval - _seconds_since(st.observed.read_at, now)) > 0
     ):
+        if st.observed.blocking_seconds is not None and st.streaming_di_lo_co is not None:
+            _blocking_condition(st, generation, out, namespace, name)  # over a re-evaluation's
         out.requeue_within(left)
         return
     read_at = _iso(now)
@@ -400,7 +402,7 @@ def _blocking_condition(
             text,
             generation,
         )
-        if before is None or before.status != "True" or before.reason != Reason.OBSERVED_BLOCKING:
+        if before is None or before.status != "True":
             out.events.append(("Warning", Type.OUTER_STEP_BLOCKING, text))
         return
     metrics.set_recommendation(namespace, name, s.sync_every, s.fragments, s.fragment_sync_delay)
