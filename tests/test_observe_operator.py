@@ -368,3 +368,24 @@ async def test_a_prometheus_query_gives_the_step_and_observe_edits_are_no_spec_c
                 "prom",
                 lambda s: condition(s, "SpecChangedAfterLaunch")["status"] == "True",
             )
+
+
+async def test_an_api_refusal_is_a_reason_not_a_failed_reconcile() -> None:
+    import kopf
+
+    from shardmeter_operator.config import OperatorConfig
+    from shardmeter_operator.observation import IslandFacts
+    from shardmeter_operator.observe import observe_island
+    from shardmeter_operator.observed_status import ObserveSpec
+    from shardmeter_operator.plancontext import PlanContext
+
+    class Refusing:
+        async def list(self, *_: Any) -> list[Any]:
+            raise kopf.TemporaryError("list Pod in default failed: HTTP 403 Forbidden", delay=30)
+
+    ctx = PlanContext(OperatorConfig(), Refusing(), {})  # type: ignore[arg-type]
+    obs = await observe_island(
+        "default", "run-island-0", IslandFacts(256, 1, 2, 0.05), "t", ObserveSpec(), ctx
+    )
+    assert obs.reason == "LogUnavailable" and "HTTP 403" in obs.message
+    assert obs.step_seconds_p50 is None

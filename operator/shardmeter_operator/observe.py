@@ -23,6 +23,9 @@ from __future__ import annotations
 import asyncio
 from datetime import UTC, datetime
 
+import structlog
+
+from shardmeter.errors import SpecError
 from shardmeter_operator import metrics, promquery
 from shardmeter_operator.conditions import Reason, Type, get_condition, set_condition
 from shardmeter_operator.islandpods import (
@@ -61,6 +64,7 @@ from shardmeter_operator.resources import (
     TrainingPlanStatus,
 )
 
+log = structlog.get_logger("shardmeter_operator")
 READS_AT_ONCE = 4
 """Island logs read concurrently (each in a worker thread)."""
 
@@ -160,15 +164,19 @@ async def observe_plan(
     )
     docs, _ = await read_documents([r.name for r in ok.spec.pools], ctx.cfg, ctx.kube)
     provenance = Provenance(f"{namespace}/{name}", uid, st.launch.revision, now, spec.recalibrate)
-    ev: ObservedEvaluation = await search_in_worker(
-        evaluate_observations,
-        ok.request,
-        docs,
-        st.islands,
-        observed,
-        st.streaming_di_lo_co,
-        provenance,
-    )
+    try:
+        ev: ObservedEvaluation = await search_in_worker(
+            evaluate_observations,
+            ok.request,
+            docs,
+            st.islands,
+            observed,
+            st.streaming_di_lo_co,
+            provenance,
+        )
+    except (SpecError, ValueError) as exc:  # the model cannot evaluate them: report, no fit
+        log.warning("observations not evaluated", plan=f"{namespace}/{name}", error=str(exc))
+        ev = ObservedEvaluation(observed)
     st.islands = [
         i.model_copy(update={"observed": ev.observations[i.name]})
         if i.name in ev.observations
@@ -190,7 +198,12 @@ async def observe_island(
 ) -> IslandObservation:
     """One island's observation from its rank-0 pod's log (never raises for bad input)."""
     cfg = ctx.cfg
-    pod = rank0_pod(await island_pods(ctx.kube, namespace, island))
+    try:
+        pod = rank0_pod(await island_pods(ctx.kube, namespace, island))
+    except Exception as exc:  # the API refused (RBAC) or failed: this read has nothing
+        return unavailable(
+            read_at, ObserveReason.LOG_UNAVAILABLE, f"listing the pods of {island} failed: {exc}"
+        )
     if pod is None:
         return unavailable(
             read_at,

@@ -28,7 +28,7 @@ class ObserveReason:
     OBSERVED = "Observed"
     POD_NOT_FOUND = "PodNotFound"
     POD_NOT_RUNNING = "PodNotRunning"
-    LOG_UNAVAILABLE = "LogUnavailableError"
+    LOG_UNAVAILABLE = "LogUnavailable"
     NO_METRIC_LINES = "NoMetricLines"
     UNPARSABLE = "UnparsableMetricLines"
     NOT_ENOUGH_STEPS = "NotEnoughSteps"
@@ -43,7 +43,7 @@ class IslandObservation(_Status):
     read_at: str
     """When the log was read (RFC 3339)."""
     reason: str = Field(max_length=64)
-    """``Observed``, or why not: PodNotFound, PodNotRunning, LogUnavailableError, NoMetricLines,
+    """``Observed``, or why not: PodNotFound, PodNotRunning, LogUnavailable, NoMetricLines,
     UnparsableMetricLines, NotEnoughSteps, PodRestarted, PrometheusFailed."""
     message: str = Field(default="", max_length=1024)
     pod: str = Field(default="", max_length=253)
