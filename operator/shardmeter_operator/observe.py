@@ -376,10 +376,10 @@ def _drift_condition(
 
 def _island_text(name: str, o: IslandObservation) -> str:
     p90 = f", p90 {o.step_seconds_p90:.4g} s" if o.step_seconds_p90 is not None else ""
-    return (
-        f"{name}: inner step {o.step_seconds_p50:.4g} s{p90} observed vs "
-        f"{o.predicted_step_seconds:.4g} s predicted ({o.error_ratio:+.1%})"
-    )
+    text = f"{name}: inner step {o.step_seconds_p50 or 0:.4g} s{p90} observed"
+    if o.predicted_step_seconds and o.error_ratio is not None:
+        text += f" vs {o.predicted_step_seconds:.4g} s predicted ({o.error_ratio:+.1%})"
+    return text
 
 
 def _blocking_condition(

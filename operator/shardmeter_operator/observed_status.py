@@ -1,6 +1,7 @@
-"""Status models of what the operator observes on running islands and learns for pools
-(fields of ``TrainingPlanStatus``, ``IslandStatus`` and ``GPUPoolStatus`` in
-:mod:`shardmeter_operator.resources`; see :mod:`shardmeter_operator.observe`)."""
+"""The models of observation: what a TrainingPlan asks (``spec.observe``), what the operator
+reports for its running islands, and what it learns for pools — fields of
+``TrainingPlanSpec``, ``TrainingPlanStatus``, ``IslandStatus`` and ``GPUPoolStatus`` in
+:mod:`shardmeter_operator.resources` (see :mod:`shardmeter_operator.observe`)."""
 
 from __future__ import annotations
 
