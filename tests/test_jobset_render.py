@@ -15,16 +15,15 @@ import yaml
 from test_launch_e2e import REPO, plan
 
 from launch_local.kubelet import _job_pods, expand_jobsets
-from shardmeter_operator import kueue
+from shardmeter_operator import islandpods, kueue
 from shardmeter_operator.resources import (
     GPUPoolSpec,
     IslandStatus,
-    LaunchRecord,
     TrainingPlanStatus,
     WorkloadKind,
 )
 from shardmeter_operator.runtime_manifests import launch_manifests
-from shardmeter_operator.workload import island_pod_selector, launch_islands
+from shardmeter_operator.workload import launch_islands
 from shardmeter_operator.workload_jobset import JOBSET_NAME_MAX, island_groups, jobset_name
 from support.jobset import JOBSETS, JobSetController
 from support.kube_emulator import JOBS, KubeEmulator
@@ -158,7 +157,10 @@ def test_the_webhook_refuses_what_jobsets_refuses() -> None:
 
 
 @pytest.mark.parametrize("workload", list(WorkloadKind))
-def test_the_island_pod_selector_finds_each_islands_rank_0(workload: WorkloadKind) -> None:
+def test_the_island_pods_are_found_by_the_islands_name(workload: WorkloadKind) -> None:
+    """``islandpods`` selects an island's pods by its Job's name, ``status.islands[].name``:
+    under a JobSet that is the child Job JobSet creates, so the same selector finds them, and
+    rank 0 is completion index 0."""
     spec, status = plan(workload)
     manifests = launch_manifests(
         "e2e",
@@ -173,23 +175,19 @@ def test_the_island_pod_selector_finds_each_islands_rank_0(workload: WorkloadKin
         workload=workload,
     )
     jobs = [m for m in expand_jobsets(manifests) if m["kind"] == "Job"]
-    pods = [(name, labels) for job in jobs for name, labels, _ in _job_pods(job)]
-    launched = status.model_copy(
-        update={"launch": LaunchRecord(revision="r1", complete=True, workload=workload)}
-    )
-    for i, isl in enumerate(status.islands):
-        selector = island_pod_selector("uid", launched, i)
-        matches = label_selector_matcher(selector)
-        assert [name for name, labels in pods if matches(labels)] == [f"{isl.name}-0"], selector
-        every = label_selector_matcher(island_pod_selector("uid", launched, i, rank0=False))
-        assert [name for name, labels in pods if every(labels)] == [
+    pods = [
+        {"metadata": {"name": name, "labels": labels, "annotations": labels}}
+        for job in jobs
+        for name, labels, _ in _job_pods(job)
+    ]
+    for isl in status.islands:
+        matches = label_selector_matcher(f"{islandpods.JOB_NAME_LABEL}={isl.name}")
+        mine = [p for p in pods if matches(p["metadata"]["labels"])]
+        assert [p["metadata"]["name"] for p in mine] == [
             f"{isl.name}-{k}" for k in range(isl.nodes)
         ]
-    # a JobSet restart makes new pods: the selector follows the restart attempt
-    restarted = launched.model_copy(update={"restarts": 1})
-    if workload is WorkloadKind.JOBSET:
-        matches = label_selector_matcher(island_pod_selector("uid", restarted, 0))
-        assert not [name for name, labels in pods if matches(labels)]
+        rank0 = islandpods.rank0_pod(mine)
+        assert rank0 is not None and rank0["metadata"]["name"] == f"{isl.name}-0"
 
 
 def test_flavor_problems_are_those_kueue_would_meet() -> None:

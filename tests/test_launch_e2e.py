@@ -14,7 +14,10 @@ replaced and torchtitan's fault-tolerant debug config instead of the 8B one. Eve
 islands train with comes from the rendered command lines and environment.
 
 The assertions read the processes' own output: the lighthouse's quorum lines, torchft's
-``Preparing``/``Syncing fragment`` lines, and the stand-in's ``[island]`` lines.
+``Preparing``/``Syncing fragment`` lines, and the stand-in's ``[island]`` lines — and what
+the operator's log parser observes in it (torchtitan's metric lines, printed by torchtitan's
+own ``MetricsProcessor``). ``SHARDMETER_CAPTURE_OBSERVE_FIXTURES=1`` saves the islands' output
+as ``tests/fixtures/observe/e2e-island-<i>.log``.
 """
 
 from __future__ import annotations
@@ -36,7 +39,9 @@ from launch_local import torchtitan_pythonpath
 from launch_local.kubelet import LocalPod, local_pods, run_pods
 from shardmeter_operator.lighthouse import PORT as LIGHTHOUSE_PORT
 from shardmeter_operator.lighthouse import lighthouse_name
+from shardmeter_operator.logparse import parse_log
 from shardmeter_operator.manifests import island_job_name
+from shardmeter_operator.observation import IslandFacts, summarize
 from shardmeter_operator.resources import (
     GPUPoolSpec,
     TrainingPlanSpec,
@@ -48,9 +53,13 @@ from shardmeter_operator.workload import launch_islands
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 REPO = Path(__file__).resolve().parents[1]
+OBSERVE_FIXTURES = REPO / "tests" / "fixtures" / "observe"
+"""The islands' output of one run, for the observation tests (SHARDMETER_CAPTURE_OBSERVE_FIXTURES=1
+rewrites them)."""
 PLAN, NS = "e2e", "default"
 SEQ, MICRO, ACCUM, ISLANDS = 64, 2, 2, 2
 SYNC_EVERY, FRAGMENTS, DELAY, OUTER_STEPS = 4, 2, 1, 3
+LOG_FREQ = 1
 
 
 def cpu_template() -> dict[str, Any]:
@@ -66,6 +75,7 @@ def cpu_template() -> dict[str, Any]:
     }
     assert set(swap) <= set(trainer["command"]), "the example's trainer command changed"
     trainer["command"] = [swap.get(a, a) for a in trainer["command"]]
+    trainer["command"].append(f"--metrics.log_freq={LOG_FREQ}")  # a metric line every step
     return dict(template)
 
 
@@ -248,6 +258,10 @@ def test_rendered_islands_train_with_streaming_diloco(
         lighthouse_log = lh.text()
     wall_s = time.monotonic() - started
     print(f"e2e wall time ({workload.value}) {wall_s:.1f} s")
+    capture = os.environ.get("SHARDMETER_CAPTURE_OBSERVE_FIXTURES") == "1"
+    if capture and workload is WorkloadKind.JOB:  # refresh the fixtures
+        for i, r in enumerate(running):
+            (OBSERVE_FIXTURES / f"e2e-island-{i}.log").write_text(r.text())
 
     # both replicas joined one quorum: the lighthouse's own line lists both
     quorums = [line for line in lighthouse_log.splitlines() if "Quorum! Quorum {" in line]
@@ -288,6 +302,20 @@ def test_rendered_islands_train_with_streaming_diloco(
         # it learns: from above ln(vocab) (uniform guessing) to well below it
         first, last = float(ev["ends"][1]["loss"]), float(ev["ends"][steps]["loss"])
         assert last < first and last < math.log(int(s["vocab_size"])) - 1, (first, last)
+        # what the operator observes in this log: torchtitan's metric lines (one per step at
+        # log_freq 1) agree with the trainer's own timer, torchft's syncs with the schedule
+        observation = summarize(
+            parse_log(r.text()),
+            IslandFacts(MICRO * ACCUM * SEQ, 1, FRAGMENTS, 0.05),
+            "2026-12-01T00:00:00Z",
+        )
+        timed = [float(ev["ends"][n]["step_s"]) for n in range(2, steps + 1)]
+        assert observation.reason == "Observed", observation.message
+        assert (observation.first_step, observation.last_step) == (1, steps)
+        assert observation.effective_step_seconds == pytest.approx(
+            sum(timed) / len(timed), rel=5e-3
+        )
+        assert observation.fragment_syncs == steps // (SYNC_EVERY // FRAGMENTS)
     # nothing left running
     for r in [lh, *running]:
         assert r.process.poll() is not None

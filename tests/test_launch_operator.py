@@ -26,15 +26,14 @@ def invalid(s: dict) -> bool:
 
 async def test_unexpressible_plan_and_bad_template_create_nothing(tmp_path: Path) -> None:
     async with operator_cluster(tmp_path) as cluster:
-        # the case study over both pools: islands of unequal local batch
-        await apply(cluster, POOL_A, POOL_B, variant(PLAN, launch=True))
+        # the paper's weighted case study over both pools: islands of unequal local batch,
+        # which torchft's unweighted pseudo-gradient average cannot express
+        await apply(cluster, POOL_A, POOL_B, variant(PLAN, launch=True, runtime="weighted"))
         status = await status_of(cluster, "trainingplans", "default", NAME, invalid)
         valid = condition(status, "Valid")
         assert valid["status"] == "False" and valid["reason"] == "RuntimeCannotExpress"
-        assert (
-            valid["message"].startswith("status.islands[")
-            and "localBatchTokens" in valid["message"]
-        )
+        assert valid["message"].startswith("spec.runtime: is weighted")
+        assert len({i["localBatchTokens"] for i in status["islands"]}) == 2
         assert condition(status, "Launched")["status"] == "False"
         assert condition(status, "Planned")["status"] == "True" and status["islands"]
         assert (

@@ -43,10 +43,16 @@ SPEC = yaml.safe_load((EX / "trainingplan.yaml").read_text())["spec"]
 
 
 @cache
-def case_study(*pools: str) -> tuple[TrainingPlanSpec, TrainingPlanStatus]:
-    """The plan the operator makes (datasheet priors), as its status holds it."""
+def case_study(
+    *pools: str, runtime: str = "torchtitan-ft", max_nodes: int | None = None
+) -> tuple[TrainingPlanSpec, TrainingPlanStatus]:
+    """The plan the operator makes (datasheet priors), as its status holds it; ``max_nodes``
+    caps the first pool (so the planner mixes both pools' shapes)."""
+    refs: list[dict[str, Any]] = [{"name": p} for p in pools]
+    if max_nodes is not None:
+        refs[0]["maxNodes"] = max_nodes
     spec = TrainingPlanSpec.model_validate(
-        {**SPEC, "pools": [{"name": p} for p in pools], "launch": True}
+        {**SPEC, "pools": refs, "launch": True, "runtime": runtime}
     )
     request = plan_request(spec, {p: POOLS[p] for p in pools})
     status = TrainingPlanStatus()
@@ -137,16 +143,20 @@ def check_island(
 
 
 def test_every_case_study_island_parses_as_planned() -> None:
-    # the two pools' plan has islands of two shapes (8×1×8 H200, 2×4×8 A100); the operator
-    # refuses to launch it (unequal local batches), but every island's command line is
-    # rendered and parsed here, and the one-pool plan is rendered as it would be launched
-    spec2, status2 = case_study("cluster-a", "cluster-b")
+    # over both pools (the H200 pool capped at 4 nodes) the torchtitan-ft plan mixes island
+    # shapes (1×8 H200, 2×8 A100) with equal local batches: launchable, every island's command
+    # line parsed; the paper's weighted plan (unequal batches) is refused, naming spec.runtime;
+    # the one-pool plan is rendered as it would be launched
+    spec2, status2 = case_study("cluster-a", "cluster-b", max_nodes=4)
     spec1, status1 = case_study("cluster-a")
     st2, st1 = (s.model_dump(mode="json", by_alias=True) for s in (status2, status1))
     assert len({(i["nodes"], i["microBatch"], i["accumulation"]) for i in st2["islands"]}) == 2
-    with pytest.raises(SpecError, match=r"localBatchTokens"):
-        render(spec2, status2, check=True)
-    argvs2 = island_argvs(render(spec2, status2, check=False))
+    assert len({i["localBatchTokens"] for i in st2["islands"]}) == 1
+    specw, statusw = case_study("cluster-a", "cluster-b", runtime="weighted")
+    assert len({i.local_batch_tokens for i in statusw.islands}) == 2
+    with pytest.raises(SpecError, match=r"^spec\.runtime: is weighted"):
+        render(specw, statusw, check=True)
+    argvs2 = island_argvs(render(spec2, status2, check=True))
     argvs1 = island_argvs(render(spec1, status1, check=True))
     # every pod of an island gets the same flags; one per island is enough to parse
     first_pods = [sum(i["nodes"] for i in st2["islands"][:k]) for k in range(len(st2["islands"]))]

@@ -211,6 +211,7 @@ def test_plan_status_matches_the_cli_answer() -> None:
         {"cluster-a": None, "cluster-b": None},
     )
     cli_spec, _ = load_plan(REPO / "examples" / "case-study.yaml")
+    cli_spec = cli_spec.model_copy(update={"runtime": spec.runtime})  # the study is weighted
     cli = build_result(search(cli_spec)).chosen
     assert outcome.plan == cli.label
     assert outcome.predictions.tokens_per_second == pytest.approx(cli.tokens_per_s, rel=1e-6)

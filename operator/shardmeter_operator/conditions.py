@@ -21,6 +21,8 @@ class Type:
     SPEC_CHANGED_AFTER_LAUNCH = "SpecChangedAfterLaunch"
     OUTER_STEP_BLOCKING = "OuterStepBlocking"
     USING_PRIOR_COEFFICIENTS = "UsingPriorCoefficients"
+    PREDICTION_DRIFT = "PredictionDrift"
+    """An observed island's inner step is off its prediction by more than the threshold."""
     COEFFICIENTS_READY = "CoefficientsReady"
     BENCHMARK_SUCCEEDED = "BenchmarkSucceeded"
     QUOTA_RESERVED = "QuotaReserved"
@@ -76,6 +78,12 @@ class Reason:
     """Kueue has not created a Workload for the plan's JobSet or Jobs yet."""
     QUOTA_RESERVED = "QuotaReserved"
     ADMITTED = "Admitted"
+    NOT_OBSERVED = "NotObserved"
+    STEP_TIME_DRIFT = "StepTimeDrift"
+    WITHIN_THRESHOLD = "WithinThreshold"
+    OBSERVED_BLOCKING = "ObservedBlocking"
+    """OuterStepBlocking from the observed inner step and all_reduce (not the prediction)."""
+    OBSERVED_HIDDEN = "ObservedHidden"
 
 
 def now_iso() -> str:

@@ -21,6 +21,7 @@ from shardmeter_operator.launch import (
 from shardmeter_operator.manifests import (
     PLAN_REVISION_LABEL,
 )
+from shardmeter_operator.observe import launch_digest, observe_only_change, observe_plan
 from shardmeter_operator.plancontext import (
     PlanContext,
     PlanResult,
@@ -40,6 +41,7 @@ from shardmeter_operator.resources import (
     IslandState,
     LaunchRecord,
     TrainingPlanPhase,
+    TrainingPlanSpec,
     TrainingPlanStatus,
 )
 from shardmeter_operator.runtime_manifests import launch_manifests
@@ -104,6 +106,7 @@ async def reconcile_launched(
             relaunch=ok.spec.relaunch,
             generation=generation,
             complete=False,
+            spec_digest=launch_digest(ok.spec),
             **launch_record(name, kind, ok.spec),
         )
         st.phase = TrainingPlanPhase.PLANNED
@@ -123,11 +126,12 @@ async def reconcile_launched(
         if not st.launch.complete:
             return
         children = await list_children(ctx.kube, namespace, uid)
-    drift(st, generation, out)
+    drift(st, generation, out, ok.spec if ok is not None else None)
     if ok is not None and _needs_reevaluation(st, ok, ctx):
         await _reevaluate(name, namespace, generation, ok, ctx, out)
     queued = await follow_workload(namespace, generation, children, ctx, out)
     follow(name, namespace, generation, children, ctx, out, queued=queued)
+    await observe_plan(name, namespace, uid, ok, ctx, out)
 
 
 def _needs_reevaluation(st: TrainingPlanStatus, ok: Validated, ctx: PlanContext) -> bool:
@@ -138,11 +142,16 @@ def _needs_reevaluation(st: TrainingPlanStatus, ok: Validated, ctx: PlanContext)
     )
 
 
-def drift(st: TrainingPlanStatus, generation: int, out: PlanResult) -> None:
+def drift(
+    st: TrainingPlanStatus,
+    generation: int,
+    out: PlanResult,
+    spec: TrainingPlanSpec | None = None,
+) -> None:
     assert st.launch is not None
     launched = st.launch.generation
     before = get_condition(st.conditions, Type.SPEC_CHANGED_AFTER_LAUNCH)
-    if generation != launched:
+    if generation != launched and not observe_only_change(st, spec):
         message = (
             f"the spec changed (generation {generation}) after the launch of generation "
             f"{launched}: not applied to the running islands; bump spec.relaunch to relaunch "
@@ -240,7 +249,7 @@ async def create_children(
         st.conditions = set_condition(
             st.conditions, Type.LAUNCHED, False, reason_for(exc), str(exc), generation
         )
-        out.requeue_s = ctx.cfg.recheck_interval_s
+        out.requeue_within(ctx.cfg.recheck_interval_s)
         return
     result = await ensure_children(ctx.kube, manifests, children, uid, st.launch.revision)
     st.jobs = [i.name for i in st.islands]  # each island's Job (a JobSet's child Jobs too)

@@ -143,6 +143,20 @@ PERMISSIONS: tuple[Permission, ...] = (
     ),
     Permission(
         "",
+        "pods",
+        ("list",),
+        "workload",
+        "find rank 0's pod of a running island (by its Job's labels) to observe it",
+    ),
+    Permission(
+        "",
+        "pods/log",
+        ("get",),
+        "workload",
+        "read rank 0's log (bounded tail) for step times and fragment syncs; never exec",
+    ),
+    Permission(
+        "",
         "events",
         ("create", "list", "watch"),
         "workload",

@@ -20,6 +20,12 @@ from pydantic.alias_generators import to_camel
 from shardmeter.plan.schema import PlanRequest
 from shardmeter.spec.base import SpecModel
 from shardmeter.spec.hardware import PoolHardware
+from shardmeter_operator.observed_status import (
+    IslandObservation,
+    ObserveSpec,
+    PlanObservation,
+    PoolObservedStatus,
+)
 
 GROUP = "shardmeter.io"
 VERSION = "v1alpha1"
@@ -138,6 +144,8 @@ class GPUPoolStatus(_Status):
     next_retry_at: str = ""
     coefficients_revision: str = Field(default="", max_length=64)
     """Changes whenever the pool's coefficients change; TrainingPlans re-plan on it."""
+    observed: PoolObservedStatus | None = None
+    """The correction learned from the pool's running islands, on top of ``source``."""
     conditions: list[Condition] = Field(default_factory=list, max_length=16)
 
 
@@ -223,6 +231,9 @@ class TrainingPlanSpec(PlanRequest):
     """A Kueue LocalQueue in the plan's namespace: the workload is created suspended with
     the ``kueue.x-k8s.io/queue-name`` label and starts once Kueue admits it (a JobSet: all
     islands together). Empty: no queue, the islands start at once."""
+    observe: ObserveSpec = Field(default_factory=ObserveSpec)
+    """Observation of the running islands (drift, recalibration); may change after launch
+    without counting as a spec change of the running islands."""
 
 
 class TrainingPlanPhase(StrEnum):
@@ -266,6 +277,9 @@ class IslandStatus(_Status):
     """CamelCase cause of the state, e.g. PodsRejected, BackoffLimitExceeded."""
     message: str = Field(default="", max_length=1024)
     """For humans, e.g. the quota or PodSecurity message that rejected the pods."""
+    observed: IslandObservation | None = Field(default=None, exclude_if=lambda v: v is None)
+    """Rank 0's step times and syncs as last read from its log (see ``spec.observe``);
+    absent until read (list items are replaced whole, so no null is needed to clear it)."""
 
 
 class LaunchRecord(_Status):
@@ -286,6 +300,9 @@ class LaunchRecord(_Status):
     """The JobSet's name (workload JobSet)."""
     queue_name: str = Field(default="", max_length=63)
     """The Kueue LocalQueue the workload was submitted to (empty: none)."""
+    spec_digest: str = Field(default="", max_length=64)
+    """Hash of the launched spec without ``observe`` (editing observation is no spec
+    change of the running islands); empty in records written before it existed."""
 
 
 class DiLoCoSettings(_Status):
@@ -317,6 +334,8 @@ class PoolCoefficients(_Status):
     pool: str = Field(max_length=253)
     source: Literal["measured", "prior"]
     revision: str = Field(default="", max_length=64)
+    observed_compute_scale: float | None = Field(default=None, exclude_if=lambda v: v is None)
+    """The pool's observed correction applied on top of ``source`` (absent: none)."""
 
 
 class TrainingPlanStatus(_Status):
@@ -336,4 +355,6 @@ class TrainingPlanStatus(_Status):
     """Set once the plan is launched; islands and settings are frozen from then on."""
     restarts: int = 0
     """Workload JobSet: how many times the JobSet recreated every island after a failure."""
+    observed: PlanObservation | None = None
+    """The running islands' observations held against the predictions."""
     conditions: list[Condition] = Field(default_factory=list, max_length=16)

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any
 
+from shardmeter.plan.schema import Runtime
 from shardmeter.spec.training import (
     ActivationCheckpointing,
     GradientSync,
@@ -221,6 +222,13 @@ def check_expressible(run: TorchtitanRun, spec: TrainingPlanSpec) -> None:
     the plan: unequal local batches (torchft averages pseudo-gradients unweighted, so an island
     with a bigger batch would count as much as a smaller one), a quorum larger than the plan,
     a fragment layout or outer precision torchft does not have."""
+    if spec.runtime is not Runtime.TORCHTITAN_FT:
+        raise RuntimeCannotExpressError(
+            "spec.runtime",
+            f"is {spec.runtime.value}: the plan may give islands unequal local batches weighted by "
+            "tokens, but the launched runtime (torchtitan with torchft) averages pseudo-gradients "
+            "unweighted; set runtime: torchtitan-ft (the default) to plan a run it can launch",
+        )
     first = run.islands[0]
     for k, isl in enumerate(run.islands[1:], start=1):
         if isl.local_batch_tokens != first.local_batch_tokens:

@@ -20,6 +20,7 @@ from shardmeter_operator.launch import (
     decision_revision,
 )
 from shardmeter_operator.launched import create_children, drift, follow, reconcile_launched
+from shardmeter_operator.observe import launch_digest, observe_plan
 from shardmeter_operator.plancontext import (
     PlanContext,
     PlanResult,
@@ -142,14 +143,16 @@ async def _plan_and_maybe_launch(
         relaunch=ok.spec.relaunch,
         generation=generation,
         complete=False,
+        spec_digest=launch_digest(ok.spec),
         **launch_record(name, kind, ok.spec),
     )
     await create_children(name, namespace, uid, generation, ok, [], ctx, out)
     if st.launch.complete:
         children = await list_children(ctx.kube, namespace, uid)
-        drift(st, generation, out)
+        drift(st, generation, out, ok.spec)
         queued = await follow_workload(namespace, generation, children, ctx, out)
         follow(name, namespace, generation, children, ctx, out, queued=queued)
+        await observe_plan(name, namespace, uid, ok, ctx, out)
 
 
 __all__ = [

@@ -17,7 +17,8 @@ calls in at three points:
    own ``Completed``/``Failed``; ``status.restarts``; and, when queued, the conditions
    ``QuotaReserved`` and ``Admitted`` from Kueue's Workload(s).
 
-:func:`island_pod_selector` finds an island's pods (e.g. its rank 0) for either workload.
+:mod:`shardmeter_operator.islandpods` finds an island's pods for either workload: its Job's
+name is ``status.islands[].name`` in both.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from shardmeter_operator.conditions import Reason, Type, get_condition, set_cond
 from shardmeter_operator.errors import FlavorError, QueueNotFoundError, WorkloadUnavailableError
 from shardmeter_operator.kube import Kube
 from shardmeter_operator.launch import follow_islands
-from shardmeter_operator.manifests import ISLAND_LABEL, PLAN_REVISION_LABEL, PLAN_UID_LABEL
+from shardmeter_operator.manifests import PLAN_REVISION_LABEL
 from shardmeter_operator.plancontext import PlanContext, PlanResult
 from shardmeter_operator.resources import (
     GPUPoolSpec,
@@ -46,8 +47,6 @@ from shardmeter_operator.runtime_manifests import launchable_run, refuse_launch
 
 Manifest = dict[str, Any]
 CRD_API_VERSION = "apiextensions.k8s.io/v1"
-COMPLETION_INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
-"""The Job controller's label on each pod of an Indexed Job (Kubernetes >= 1.28)."""
 
 
 async def serves(kube: Kube, crd: str, version: str) -> bool:
@@ -288,27 +287,6 @@ def _flavor_mismatches(
     return events
 
 
-def island_pod_selector(
-    uid: str, status: TrainingPlanStatus, index: int, *, rank0: bool = True
-) -> str:
-    """A label selector for the pods of island ``index`` of the plan with UID ``uid`` (its
-    rank 0 only with ``rank0``), whichever workload runs it: a plain Job's pods carry
-    ``shardmeter.io/island``; a JobSet's carry JobSet's ``job-global-index`` and the restart
-    attempt, so pods of an earlier attempt are not matched."""
-    assert status.launch is not None
-    parts = [f"{PLAN_UID_LABEL}={uid}", f"{PLAN_REVISION_LABEL}={status.launch.revision}"]
-    if status.launch.workload is WorkloadKind.JOBSET:
-        parts += [
-            f"{jobsets.JOB_GLOBAL_INDEX_KEY}={index}",
-            f"{jobsets.RESTART_ATTEMPT_KEY}={status.restarts}",
-        ]
-    else:
-        parts.append(f"{ISLAND_LABEL}={index}")
-    if rank0:
-        parts.append(f"{COMPLETION_INDEX_LABEL}=0")
-    return ",".join(parts)
-
-
 # ---- the decision -----------------------------------------------------------------------------
 async def decide_launch(
     name: str,
@@ -332,7 +310,7 @@ async def decide_launch(
         event = refuse_launch(st, exc, generation, out.previous)
         out.events += [event] if event else []
         if isinstance(exc, WorkloadUnavailableError | QueueNotFoundError | FlavorError):
-            out.requeue_s = ctx.cfg.recheck_interval_s  # installed or created elsewhere
+            out.requeue_within(ctx.cfg.recheck_interval_s)  # installed or created elsewhere
         return None
     st.islands = launch_islands(name, st.islands, kind)
     st.restarts = 0  # a new launch: no JobSet has restarted it yet

@@ -96,6 +96,13 @@ app.kubernetes.io/component: operator
   - apiGroups: ["kueue.x-k8s.io"]
     resources: ["localqueues"]
     verbs: ["get"]
+  # observation of running islands: rank 0's pod and its log (read only, bounded)
+  - apiGroups: [""]
+    resources: ["pods"]
+    verbs: ["list"]
+  - apiGroups: [""]
+    resources: ["pods/log"]
+    verbs: ["get"]
   # Events: posted on the operator's objects; FailedCreate (pods refused by quota or
   # PodSecurity) read from the Job controller
   - apiGroups: [""]
