@@ -312,9 +312,11 @@ def test_rendered_islands_train_with_streaming_diloco(
         timed = [float(ev["ends"][n]["step_s"]) for n in range(2, steps + 1)]
         assert observation.reason == "Observed", observation.message
         assert (observation.first_step, observation.last_step) == (1, steps)
-        assert observation.effective_step_seconds == pytest.approx(
-            sum(timed) / len(timed), rel=5e-3
-        )
+        # torchtitan's timer runs from one metric line to the next, so it also covers the
+        # trainer's printing between steps: never less than the steps' own time (up to the
+        # printed tokens/s rounding), and not much more
+        mean_timed = sum(timed) / len(timed)
+        assert mean_timed * (1 - 5e-3) <= observation.effective_step_seconds <= mean_timed * 1.1
         assert observation.fragment_syncs == steps // (SYNC_EVERY // FRAGMENTS)
     # nothing left running
     for r in [lh, *running]:

@@ -5,6 +5,7 @@ of them must be the plan."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -171,8 +172,8 @@ def test_every_case_study_island_parses_as_planned() -> None:
         {**spec1.model_dump(by_alias=True), "training": training}
     )
     (compiled,) = island_argvs(render(tuned, status1, check=True))[:1]
-    # the same plan as a JobSet: one replicated Job per island shape (8 × 1 node of H200,
-    # 1 × 8 nodes of A100); each pod's replica id is JobSet's job-global-index, so g1's is 8
+    # the same plan as a JobSet: one replicated Job per run of same-shaped islands (the plan's
+    # pools in order); each pod's replica id is JobSet's job-global-index
     jobset_status = status2.model_copy(
         update={"islands": launch_islands("case", status2.islands, WorkloadKind.JOBSET)}
     )
@@ -181,9 +182,15 @@ def test_every_case_study_island_parses_as_planned() -> None:
         for m in render(spec2, jobset_status, check=False, workload=WorkloadKind.JOBSET)
         if m["kind"] == "JobSet"
     ]
+    runs = [
+        (k, len(list(g)))
+        for k, g in itertools.groupby(
+            (i["pool"], i["nodes"], i["gpusPerNode"]) for i in st2["islands"]
+        )
+    ]
+    assert len(runs) == 2  # both pools are used, so the check below covers two replicated Jobs
     assert [(r["name"], r["replicas"]) for r in js["spec"]["replicatedJobs"]] == [
-        ("g0", 8),
-        ("g1", 1),
+        (f"g{g}", n) for g, (_, n) in enumerate(runs)
     ]
     args = js["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
     assert "--fault_tolerance.replica_id=$(SHARDMETER_ISLAND_ID)" in args["containers"][0]["args"]
