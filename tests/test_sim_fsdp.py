@@ -19,7 +19,7 @@ from shardmeter.sim.fsdp import (
     simulate_fsdp_step,
 )
 from shardmeter.sim.scenario import IslandShape, IslandStepModel
-from shardmeter.sim.trace import trace_json
+from shardmeter.output.trace import trace_json
 from shardmeter.spec.hardware import PoolSpec
 from shardmeter.spec.model import MODEL_PRESETS
 from shardmeter.spec.training import GradientSync, TrainingSpec

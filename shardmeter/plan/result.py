@@ -336,3 +336,11 @@ def build_result(out: SearchOutput) -> PlanResult:
         tolerance_spread(out, fraction),
         sources,
     )
+
+
+def top_by_throughput(result: PlanResult, n: int = 20) -> list[PlanSummary]:
+    """The ``n`` highest-throughput plans scored (ties: cheaper first) — the paper's Fig. 8."""
+    ev = result.output.evaluated
+    ok = np.flatnonzero(ev.feasible)
+    order = ok[np.lexsort((ev.cost_usd[ok], -ev.tokens_per_s[ok]))]
+    return [summarise(result.output, ev, int(i)) for i in order[:n]]
