@@ -49,6 +49,6 @@ def test_a_wrong_way_import_breaks_a_contract(
     target.write_text(target.read_text() + f"\n{wrong_import}  # noqa\n")
     run = lint_imports(tmp_path)
     assert run.returncode == 1, run.stdout + run.stderr
-    assert f"{wrong_import.split()[-1]}" in run.stdout
+    assert f"{wrong_import.rsplit(maxsplit=1)[-1]}" in run.stdout
     broken = run.stdout.split("Broken contracts")[-1]
     assert contract in broken, run.stdout
