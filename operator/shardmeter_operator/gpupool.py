@@ -19,8 +19,6 @@ from shardmeter_operator.gpupool_decide import PoolDecision, PoolInputs, decide_
 from shardmeter_operator.kube import Kube
 from shardmeter_operator.resources import GPUPoolStatus
 
-PoolResult = PoolDecision
-
 
 async def reconcile_pool(
     body: Mapping[str, Any],

@@ -27,7 +27,7 @@ from shardmeter_operator.manifests import (
     PLAN_UID_LABEL,
     POOL_ANNOTATION,
 )
-from shardmeter_operator.resources import GROUP, VERSION, TrainingPlanStatus
+from shardmeter_operator.resources import GROUP, VERSION, GPUPoolStatus, TrainingPlanStatus
 from shardmeter_operator.workload_jobset import GROUP as JOBSET_GROUP
 from shardmeter_operator.workload_jobset import VERSION as JOBSET_VERSION
 
@@ -119,9 +119,9 @@ def _gpupools(registry: kopf.OperatorRegistry) -> None:
 def _pool_needs_reconcile(type_: str | None, body: kopf.Body, ctl: Controller) -> bool:
     """Whether a GPUPool event calls for its reconcile: the listing at (re)start, a spec its
     status has not answered, or a reset of its observed correction."""
-    observed = (body.get("status") or {}).get("observedGeneration")
+    status = GPUPoolStatus.model_validate(body.get("status") or {})
     generation = int(body["metadata"].get("generation") or 0)
-    return type_ is None or observed != generation or ctl.pool_needs_work(body)
+    return type_ is None or status.observed_generation != generation or ctl.pool_needs_work(body)
 
 
 def _trainingplans(registry: kopf.OperatorRegistry) -> None:
