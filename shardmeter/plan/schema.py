@@ -5,7 +5,6 @@ schema is the spec of the ``TrainingPlan`` custom resource (which adds ``launch`
 from __future__ import annotations
 
 from collections.abc import Sequence
-from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -14,14 +13,14 @@ from pydantic import Field, model_validator
 from pydantic.alias_generators import to_camel
 
 from shardmeter.errors import SpecError
-from shardmeter.spec.base import SpecModel
+from shardmeter.spec.base import SpecEnum, SpecModel
 from shardmeter.spec.hardware import PoolHardware, PoolSpec
 from shardmeter.spec.loading import read_document, validate
 from shardmeter.spec.model import ModelRef
 from shardmeter.spec.training import StrategySpec, TrainingSpec
 
 
-class ObjectiveKind(StrEnum):
+class ObjectiveKind(SpecEnum):
     MIN_TIME = "min-time"
     """Fastest plan."""
     MIN_COST = "min-cost"
@@ -34,7 +33,7 @@ class ObjectiveKind(StrEnum):
     """Cheapest plan finishing within ``timeBudgetHours``."""
 
 
-class Runtime(StrEnum):
+class Runtime(SpecEnum):
     """What the training runtime can express decides how the global batch may be split."""
 
     TORCHTITAN_FT = "torchtitan-ft"

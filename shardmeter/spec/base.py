@@ -5,16 +5,25 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from typing import Annotated, Any
+from enum import StrEnum
+from typing import Annotated, Any, cast
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, GetCoreSchemaHandler
 from pydantic.alias_generators import to_camel
+from pydantic_core import CoreSchema, core_schema
 
 
 class SpecModel(BaseModel):
-    """Frozen, strict-about-extras base: unknown keys are errors, and both ``snake_case``
-    (Python) and ``camelCase`` (Kubernetes custom resources, plan files) names are accepted.
-    Serialisation uses camelCase so documents round-trip into custom resources."""
+    """Frozen and strict base of every spec (plan files, CLI flags, GPUPool and TrainingPlan
+    custom resources — the operator validates with the same models):
+
+    * unknown keys are errors; both ``snake_case`` (Python) and ``camelCase`` (Kubernetes
+      custom resources, plan files) names are accepted, and serialisation uses camelCase so
+      documents round-trip into custom resources;
+    * **strict types**: a number field takes numbers only — ``true`` is not 1, ``"10"`` is
+      not 10, ``4.7`` is not an integer (nothing is truncated); a string field takes strings;
+    * **finite numbers**: ``.inf`` and ``.nan`` are rejected everywhere;
+    * enum fields (`SpecEnum`) still take their names as strings."""
 
     model_config = ConfigDict(
         extra="forbid",
@@ -24,7 +33,22 @@ class SpecModel(BaseModel):
         validate_by_alias=True,
         serialize_by_alias=True,
         use_attribute_docstrings=True,
+        strict=True,
+        allow_inf_nan=False,
     )
+
+
+class SpecEnum(StrEnum):
+    """Base of the specs' enums: validated from their string values even though `SpecModel`
+    is strict (pydantic's strict mode would otherwise demand enum instances from Python
+    input, i.e. from every YAML file)."""
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
+        schema = handler(source)
+        if schema["type"] == "enum":
+            cast(core_schema.EnumSchema, schema)["strict"] = False
+        return schema
 
 
 _NUMBER = r"([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)"
@@ -66,8 +90,14 @@ _BYTES_UNITS = {
 
 
 def _parse(
-    value: Any, units: Mapping[str, float], what: str, case_sensitive_bits: bool = False
+    value: Any,
+    units: Mapping[str, float],
+    what: str,
+    case_sensitive_bits: bool = False,
+    integral: bool = False,
 ) -> Any:
+    """A number with an optional unit → the number in base units (an ``int`` when
+    ``integral`` and whole: byte counts); anything but a string passes through."""
     if not isinstance(value, str):
         return value
     text = value.strip().replace(" ", "")
@@ -76,7 +106,7 @@ def _parse(
         raise ValueError(f"cannot read {value!r} as {what}")
     number, unit = float(match.group(1)), match.group(2)
     if not unit:
-        return number
+        return int(number) if integral and number.is_integer() else number
     key = unit.lower()
     if case_sensitive_bits:
         # "Gb/s" means gigabits, "GB/s" gigabytes: the case of the b decides.
@@ -88,7 +118,8 @@ def _parse(
         raise ValueError(
             f"unknown unit {unit!r} in {value!r} for {what}; use one of {sorted(units)}"
         )
-    return number * units[key]
+    scaled = number * units[key]
+    return round(scaled) if integral and abs(scaled - round(scaled)) < 1e-6 * scaled else scaled
 
 
 def parse_bandwidth(value: Any) -> Any:
@@ -103,7 +134,7 @@ def parse_seconds(value: Any) -> Any:
 
 def parse_bytes(value: Any) -> Any:
     """``"80 GiB"``, ``"141GB"`` → bytes; numbers pass through."""
-    return _parse(value, _BYTES_UNITS, "a size in bytes")
+    return _parse(value, _BYTES_UNITS, "a size in bytes", integral=True)
 
 
 def _positive(value: float) -> float:

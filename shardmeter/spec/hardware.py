@@ -12,16 +12,15 @@ A pool's fabric has two levels, as NCCL sees it:
 from __future__ import annotations
 
 import re
-from enum import StrEnum
 from typing import Annotated, Any
 
 from pydantic import BeforeValidator, Field, field_validator, model_validator
 
-from shardmeter.spec.base import Bytes, BytesPerSecond, Seconds, SpecModel
+from shardmeter.spec.base import Bytes, BytesPerSecond, Seconds, SpecEnum, SpecModel
 from shardmeter.spec.presets import resolve
 
 
-class LinkKind(StrEnum):
+class LinkKind(SpecEnum):
     NVLINK = "nvlink"
     PCIE = "pcie"
     INFINIBAND = "infiniband"

@@ -4,15 +4,14 @@ their knobs)."""
 
 from __future__ import annotations
 
-from enum import StrEnum
 from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, model_validator
 
-from shardmeter.spec.base import SpecModel
+from shardmeter.spec.base import SpecEnum, SpecModel
 
 
-class Precision(StrEnum):
+class Precision(SpecEnum):
     """``bf16``: BF16 compute with FP32 master weights; ``fp8``: the same with float8 matmuls
     (torchao ``Float8Linear``, dynamic tensorwise scaling; H100/H200 only; ``float8`` is
     accepted); ``fp32``: everything in FP32."""
@@ -41,7 +40,7 @@ class Precision(StrEnum):
         return Precision.BF16 if self is Precision.FP8 else self
 
 
-class ActivationCheckpointing(StrEnum):
+class ActivationCheckpointing(SpecEnum):
     """torchtitan's activation-checkpointing modes. ``none``: keep every activation;
     ``full``: keep each block's input and recompute the block in backward;
     ``selective-layer``: full checkpointing of every k-th block
@@ -73,7 +72,7 @@ ACMode = Annotated[
 ]
 
 
-class GradientSync(StrEnum):
+class GradientSync(SpecEnum):
     """When FSDP reduce-scatters gradients during gradient accumulation.
     ``every-micro-batch``: after every micro-batch (FSDP2's default, torchtitan, Composer);
     sharded gradients accumulate, no unsharded buffer. ``last-micro-batch``:
@@ -86,7 +85,7 @@ class GradientSync(StrEnum):
     AUTO = "auto"
 
 
-class Sharding(StrEnum):
+class Sharding(SpecEnum):
     """``fsdp``: shard parameters, gradients and optimizer state over the whole island.
     ``hsdp``: shard inside groups of ``shardGroupNodes`` nodes and replicate across the
     groups (all-reduce of the sharded gradients between replicas)."""
@@ -182,7 +181,7 @@ class TrainingSpec(SpecModel):
         return nodes * gpus_per_node
 
 
-class StrategyKind(StrEnum):
+class StrategyKind(SpecEnum):
     FSDP = "fsdp"
     DILOCO = "diloco"
     STREAMING_DILOCO = "streaming-diloco"
