@@ -140,7 +140,7 @@ def _check(args: argparse.Namespace) -> None:
             setattr(args, flag, _hardware(option, value, TypeAdapter(LinkRef)))
     for flag in ("pool", "namespace"):
         value = getattr(args, flag)
-        if value is not None and not (len(value) <= 63 and _DNS_LABEL.match(value)):
+        if value is not None and not (len(value) <= 63 and _DNS_LABEL.fullmatch(value)):
             raise UsageError(f"--{flag}: {value!r} is not a DNS-1123 label")
     if args.publish is not None:
         from shardmeter_bench.publish import parse_target

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from enum import StrEnum
 from typing import Annotated, Any, cast
 
@@ -137,22 +137,56 @@ def parse_bytes(value: Any) -> Any:
     return _parse(value, _BYTES_UNITS, "a size in bytes", integral=True)
 
 
-def _positive(value: float) -> float:
-    if math.isnan(value) or math.isinf(value):
-        raise ValueError("must be a finite number")
-    if not value > 0:
-        raise ValueError("must be greater than 0")
-    return value
+def _within(low: float, high: float, shown: str) -> Callable[[float], float]:
+    """An after-validator: a finite value in [low, high], else an error naming the range in
+    the unit the user reads (``shown`` formats a base-unit value)."""
+
+    def check(value: float) -> float:
+        if math.isnan(value) or math.isinf(value):
+            raise ValueError("must be a finite number")
+        if not low <= value <= high:
+            raise ValueError(
+                f"must be between {_show(low, shown)} and {_show(high, shown)} "
+                f"(got {_show(value, shown)})"
+            )
+        return value
+
+    return check
 
 
-def _non_negative(value: float) -> float:
-    if math.isnan(value) or math.isinf(value):
-        raise ValueError("must be a finite number")
-    if not value >= 0:
-        raise ValueError("must be 0 or greater")
-    return value
+def _show(value: float, unit: str) -> str:
+    if unit == "B/s":
+        for factor, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+            if value >= factor:
+                return f"{value / factor:g} {prefix}B/s"
+        return f"{value:g} B/s"
+    if unit == "B":
+        for factor, prefix in ((2**50, "PiB"), (2**40, "TiB"), (2**30, "GiB"), (2**20, "MiB")):
+            if value >= factor:
+                return f"{value / factor:g} {prefix}"
+        return f"{value:g} B"
+    return f"{value:g} {unit}"
 
 
-BytesPerSecond = Annotated[float, BeforeValidator(parse_bandwidth), AfterValidator(_positive)]
-Seconds = Annotated[float, BeforeValidator(parse_seconds), AfterValidator(_non_negative)]
-Bytes = Annotated[int, BeforeValidator(parse_bytes), AfterValidator(_positive)]
+MIN_BANDWIDTH_BYTES_PER_S = 1e3
+"""Slowest link or memory a spec may describe (1 kB/s): slower would make a step last for
+ever."""
+MAX_BANDWIDTH_BYTES_PER_S = 1e15
+"""Fastest (1 PB/s; NVLink 4 is 450 GB/s per direction, HBM3e 4.8 TB/s)."""
+MAX_LATENCY_S = 3600.0
+"""Longest one-hop latency a link may have (an hour; a WAN hop is ~0.01–0.1 s)."""
+MAX_BYTES = 2**50
+"""Largest memory a GPU may have (1 PiB; an H200 has 141 GB)."""
+
+BytesPerSecond = Annotated[
+    float,
+    BeforeValidator(parse_bandwidth),
+    AfterValidator(_within(MIN_BANDWIDTH_BYTES_PER_S, MAX_BANDWIDTH_BYTES_PER_S, "B/s")),
+]
+"""A bandwidth in bytes per second, between 1 kB/s and 1 PB/s; ``"400 Gbit/s"`` is read."""
+Seconds = Annotated[
+    float, BeforeValidator(parse_seconds), AfterValidator(_within(0.0, MAX_LATENCY_S, "s"))
+]
+"""A latency in seconds, between 0 and an hour; ``"30 ms"`` is read."""
+Bytes = Annotated[int, BeforeValidator(parse_bytes), AfterValidator(_within(1, MAX_BYTES, "B"))]
+"""A size in bytes, between 1 B and 1 PiB; ``"80 GiB"`` is read."""

@@ -189,6 +189,13 @@ class StrategyKind(SpecEnum):
 
 Auto = Literal["auto"]
 
+MAX_SYNC_EVERY = 10_000
+"""Largest ``syncEvery`` H (inner steps per outer step) a strategy may set or allow: 20× the
+DiLoCo paper's H = 500, and the bound that keeps a simulation of three outer rounds of 64
+islands under two million inner steps (`shardmeter.sim.diloco.MAX_SIMULATED_INNER_STEPS`)."""
+MAX_FRAGMENTS = 1024
+"""Largest ``fragments`` P (a fragment holds at least one block; models have ≤ 1024)."""
+
 
 class StrategySpec(SpecModel):
     """Parallelisation strategy. FSDP inside each island; DiLoCo / Streaming DiLoCo across
@@ -204,6 +211,16 @@ class StrategySpec(SpecModel):
                     "message": "syncEvery must be a multiple of fragments (torchft rule)",
                 },
                 {
+                    "rule": "!has(self.syncEvery) || type(self.syncEvery) != int"
+                    f" || (self.syncEvery >= 1 && self.syncEvery <= {MAX_SYNC_EVERY})",
+                    "message": f"syncEvery must be between 1 and {MAX_SYNC_EVERY} or 'auto'",
+                },
+                {
+                    "rule": "!has(self.fragments) || type(self.fragments) != int"
+                    f" || (self.fragments >= 1 && self.fragments <= {MAX_FRAGMENTS})",
+                    "message": f"fragments must be between 1 and {MAX_FRAGMENTS} or 'auto'",
+                },
+                {
                     "rule": "!has(self.syncEvery) || !has(self.fragments) || !has(self.fragmentSyncDelay)"
                     " || type(self.syncEvery) != int || type(self.fragments) != int"
                     " || type(self.fragmentSyncDelay) != int"
@@ -217,9 +234,9 @@ class StrategySpec(SpecModel):
     kind: StrategyKind = StrategyKind.STREAMING_DILOCO
     """fsdp (one island), diloco (blocking outer step) or streaming-diloco."""
     sync_every: int | Auto = "auto"
-    """Inner steps per outer step H, or auto (smallest candidate with zero blocking)."""
+    """Inner steps per outer step H (1–10,000), or auto (smallest one with zero blocking)."""
     fragments: int | Auto = "auto"
-    """Streaming DiLoCo fragments P, or auto (fewest with zero blocking)."""
+    """Streaming DiLoCo fragments P (1 to the model's blocks), or auto (fewest, no blocking)."""
     fragment_sync_delay: int | Auto = "auto"
     """Steps τ between starting a fragment's all_reduce and needing it, or auto."""
     fragment_layout: Literal["contiguous", "strided"] = "contiguous"
@@ -229,7 +246,7 @@ class StrategySpec(SpecModel):
     bf16 allowed)."""
     outer_state_on_gpu: bool = False
     """Keep DiLoCo's outer parameter copy and momentum on the GPU (torchft keeps them on CPU)."""
-    max_sync_every: int = Field(default=500, ge=1, le=100_000)
+    max_sync_every: int = Field(default=500, ge=1, le=MAX_SYNC_EVERY)
     """Convergence guard-rail: the largest syncEvery H that auto may choose (a value set
     explicitly is used as given). Default 500, the DiLoCo paper's setting (Douillard et al.
     2023, arXiv:2311.08105), whose quality drops as H grows. When blocking cannot be hidden
@@ -244,10 +261,12 @@ class StrategySpec(SpecModel):
     def _torchft_rules(self) -> StrategySpec:
         if self.outer_precision is Precision.FP8:
             raise ValueError("outerPrecision must be bf16 or fp32 (fp8 is a matmul precision)")
-        for field in ("sync_every", "fragments"):
+        for field, top in (("sync_every", MAX_SYNC_EVERY), ("fragments", MAX_FRAGMENTS)):
             value = getattr(self, field)
-            if isinstance(value, int) and value < 1:
-                raise ValueError(f"{_camel(field)} must be ≥ 1 or 'auto' (got {value})")
+            if isinstance(value, int) and not 1 <= value <= top:
+                raise ValueError(
+                    f"{_camel(field)} must be between 1 and {top:,} or 'auto' (got {value})"
+                )
         delay = self.fragment_sync_delay
         if isinstance(delay, int) and delay < 0:
             raise ValueError(f"fragmentSyncDelay must be ≥ 0 or 'auto' (got {delay})")
