@@ -122,7 +122,15 @@ def _bounds(field: Any) -> tuple[Any, Any, bool, bool]:
     lo: Any = None
     hi: Any = None
     lo_inc = hi_inc = True
-    for m in getattr(field, "metadata", []) or []:
+    metadata = list(getattr(field, "metadata", []) or [])
+    annotation = getattr(field, "annotation", None)
+    for member in (
+        get_args(annotation) if get_origin(annotation) in (Union, types.UnionType) else []
+    ):
+        if get_origin(member) is Annotated and get_args(member)[0] in (int, float):
+            for extra in get_args(member)[1:]:
+                metadata.extend(getattr(extra, "metadata", [extra]))
+    for m in metadata:
         if isinstance(m, annotated_types.Ge):
             lo, lo_inc = m.ge, True
         elif isinstance(m, annotated_types.Gt):
@@ -150,11 +158,16 @@ def _takes_preset(field: Any) -> bool:
 
 
 def _num(value: Any) -> str:
-    if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
-        value = int(value)
+    """A bound as a reader takes it in: counts with thousands separators (``16,777,216``),
+    large measures in exponent form (``1e9``, ``1e18``)."""
+    if isinstance(value, float):
+        if abs(value) >= 1e5:
+            mantissa, _, exponent = f"{value:.4g}".partition("e")
+            return f"{mantissa}e{int(exponent)}" if exponent else f"{value:,.0f}"
+        return f"{value:g}"
     if isinstance(value, int) and abs(value) >= 10_000:
         return f"{value:,}"
-    return f"{value:g}" if isinstance(value, float) else str(value)
+    return str(value)
 
 
 def _range(field: Any, ctx: dict[str, Any]) -> str:
@@ -293,6 +306,13 @@ def _describe(errors: list[Any], where: _Where) -> str:
     return f"{message} ({_got(value)}{_yaml_hint(value, kind)})"
 
 
+def _under(path: str, parent: str) -> bool:
+    """``path`` lies strictly inside ``parent`` (``a.b[0].c`` inside ``a.b``)."""
+    if not parent:
+        return bool(path)
+    return path.startswith((parent + ".", parent + "["))
+
+
 def _model_named(title: str) -> type[BaseModel] | None:
     """The spec class a ValidationError's title names (every spec derives from SpecModel)."""
     from shardmeter.spec.base import SpecModel
@@ -328,10 +348,18 @@ def spec_error_from_validation(
         where = _Where(root, err["loc"], err["type"] == "extra_forbidden")
         key = where.path()
         groups.setdefault(key, (where, []))[1].append(err)
-    key, (where, errs) = next(iter(groups.items()))
+    keys = list(groups)
+    key = keys[0]
+    # a union whose container branch (a list, a mapping) failed deeper: the user wrote that
+    # container, so its inner error is the one that helps (``islands[0].stepS``, not
+    # "islands must be a whole number")
+    deeper = [k for k in keys if _under(k, key)]
+    if deeper:
+        key = deeper[0]
+    where, errs = groups[key]
     message = _describe(errs, where)
-    more = len(groups) - 1
+    more = sum(1 for k in keys if not (_under(k, key) or _under(key, k) or k == key))
     if more:
-        message += f" (and {more} more problem{'s' if more > 1 else ''} elsewhere)"
+        message += f" (and {more} more problem{'s' if more > 1 else ''})"
     field = ".".join(p for p in (prefix, key) if p).replace(".[", "[")
     return SpecError(field, message, source)

@@ -133,7 +133,7 @@ class PoolRef(SpecModel):
     """A GPUPool the plan may use."""
 
     name: str = Field(min_length=1, max_length=63)
-    max_nodes: int | None = Field(default=None, ge=0)
+    max_nodes: int | None = Field(default=None, ge=0, le=4096)
     """Use at most this many of the pool's nodes."""
 
 

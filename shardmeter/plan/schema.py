@@ -16,7 +16,7 @@ from shardmeter.spec.base import SpecEnum, SpecModel
 from shardmeter.spec.hardware import PoolHardware, PoolSpec
 from shardmeter.spec.loading import parse_text, read_document, read_text, validate
 from shardmeter.spec.model import ModelRef
-from shardmeter.spec.training import StrategySpec, TrainingSpec
+from shardmeter.spec.training import MAX_ISLANDS, StrategySpec, TrainingSpec
 
 
 class ObjectiveKind(SpecEnum):
@@ -90,12 +90,14 @@ class ConstraintsSpec(SpecModel):
         }
     }
 
-    max_islands: int = Field(default=10, ge=1, le=64)
+    max_islands: int = Field(default=10, ge=1, le=MAX_ISLANDS)
     """Most islands in a plan (the paper uses ≤ 10 for training stability)."""
-    max_gpus: int | None = Field(default=None, ge=1)
+    max_gpus: int | None = Field(default=None, ge=1, le=16_777_216)
     """Most GPUs in a plan."""
-    max_gpus_per_island: int | None = Field(default=None, ge=1)
-    min_gpus_per_island: int = Field(default=1, ge=1)
+    max_gpus_per_island: int | None = Field(default=None, ge=1, le=65_536)
+    """Most GPUs in one island (a pool has at most 4,096 nodes of 16 GPUs)."""
+    min_gpus_per_island: int = Field(default=1, ge=1, le=65_536)
+    """Fewest GPUs in one island."""
     allowed_pools: list[str] | None = Field(default=None, max_length=64)
     """Pools the plan may use (default: all)."""
     global_batch_tolerance: float = Field(default=0.05, ge=0, le=1)
@@ -116,7 +118,7 @@ class PlanPool(PoolSpec):
 
     coefficients: str | None = Field(default=None, max_length=1024)
     """Path to a coefficients JSON (relative to the plan file); default: datasheet priors."""
-    max_nodes: int | None = Field(default=None, ge=0)
+    max_nodes: int | None = Field(default=None, ge=0, le=4096)
     """Use at most this many of the pool's nodes (default: all)."""
 
 

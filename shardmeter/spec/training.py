@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Field, model_validator
+from pydantic import BeforeValidator, Field, ValidationInfo, field_validator, model_validator
 
 from shardmeter.spec.base import SpecEnum, SpecModel
 
@@ -193,6 +193,8 @@ MAX_SYNC_EVERY = 10_000
 """Largest ``syncEvery`` H (inner steps per outer step) a strategy may set or allow: 20× the
 DiLoCo paper's H = 500, and the bound that keeps a simulation of three outer rounds of 64
 islands under two million inner steps (`shardmeter.sim.diloco.MAX_SIMULATED_INNER_STEPS`)."""
+MAX_ISLANDS = 64
+"""Most islands a plan or a simulation may have (DiLoCo trains with ≤ 10 for stability)."""
 MAX_FRAGMENTS = 1024
 """Largest ``fragments`` P (a fragment holds at least one block; models have ≤ 1024)."""
 
@@ -257,19 +259,23 @@ class StrategySpec(SpecModel):
     arXiv:2501.18512) overlaps each fragment's communication with only a few inner steps
     (τ ≤ 5 in its experiments)."""
 
+    @field_validator("sync_every", "fragments", "fragment_sync_delay")
+    @classmethod
+    def _bounded(cls, value: int | str, info: ValidationInfo) -> int | str:
+        low, high = {
+            "sync_every": (1, MAX_SYNC_EVERY),
+            "fragments": (1, MAX_FRAGMENTS),
+            "fragment_sync_delay": (0, MAX_SYNC_EVERY - 1),
+        }[str(info.field_name)]
+        if isinstance(value, int) and not low <= value <= high:
+            raise ValueError(f"must be between {low} and {high:,} or 'auto' (got {value})")
+        return value
+
     @model_validator(mode="after")
     def _torchft_rules(self) -> StrategySpec:
         if self.outer_precision is Precision.FP8:
             raise ValueError("outerPrecision must be bf16 or fp32 (fp8 is a matmul precision)")
-        for field, top in (("sync_every", MAX_SYNC_EVERY), ("fragments", MAX_FRAGMENTS)):
-            value = getattr(self, field)
-            if isinstance(value, int) and not 1 <= value <= top:
-                raise ValueError(
-                    f"{_camel(field)} must be between 1 and {top:,} or 'auto' (got {value})"
-                )
         delay = self.fragment_sync_delay
-        if isinstance(delay, int) and delay < 0:
-            raise ValueError(f"fragmentSyncDelay must be ≥ 0 or 'auto' (got {delay})")
         if self.kind is StrategyKind.DILOCO:
             if isinstance(self.fragments, int) and self.fragments != 1:
                 raise ValueError(
@@ -296,8 +302,3 @@ class StrategySpec(SpecModel):
     @property
     def is_diloco(self) -> bool:
         return self.kind is not StrategyKind.FSDP
-
-
-def _camel(name: str) -> str:
-    head, *rest = name.split("_")
-    return head + "".join(w.title() for w in rest)
