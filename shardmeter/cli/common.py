@@ -220,7 +220,7 @@ def build_cost_model(args: argparse.Namespace) -> CostModel:
         pool = validate(
             PoolSpec,
             {
-                "name": "cli",
+                "name": "command-line",
                 "gpu": gpu,
                 "nodes": args.nodes,
                 "gpus_per_node": args.gpus_per_node,
