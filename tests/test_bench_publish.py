@@ -4,7 +4,6 @@ Kubernetes API, tried against the emulated API server in tests/support."""
 from __future__ import annotations
 
 import json
-
 from collections.abc import Iterator
 from pathlib import Path
 
