@@ -164,7 +164,10 @@ def _num(value: Any) -> str:
         if abs(value) >= 1e5:
             mantissa, _, exponent = f"{value:.4g}".partition("e")
             return f"{mantissa}e{int(exponent)}" if exponent else f"{value:,.0f}"
-        return f"{value:g}"
+        if value.is_integer():
+            value = int(value)
+        else:
+            return f"{value:g}"
     if isinstance(value, int) and abs(value) >= 10_000:
         return f"{value:,}"
     return str(value)
@@ -268,7 +271,7 @@ def _yaml_hint(value: Any, kind: str) -> str:
             number = float(value)
         except ValueError:
             return ""
-        plain = _num(number).replace(",", "")
+        plain = str(int(number)) if number.is_integer() and abs(number) < 1e18 else repr(number)
         return f"; a quoted or exponent-only number is text in YAML — write {plain}"
     return ""
 

@@ -148,6 +148,11 @@ class WhatIfDocument(_WhatIf):
             raise ValueError(
                 f"units expand to {total:,} units (repeat included); at most {MAX_UNITS:,}"
             )
+        busy = self.optimizer_s + sum(
+            u.forward_s + u.backward_s + u.all_gather_s + u.reduce_scatter_s for u in self.units
+        )
+        if busy <= 0:
+            raise ValueError("every task lasts 0 s: give at least one a positive duration")
         return self
 
     def fsdp_durations(self) -> FSDPDurations:

@@ -119,7 +119,7 @@ def _parse(
             f"unknown unit {unit!r} in {value!r} for {what}; use one of {sorted(units)}"
         )
     scaled = number * units[key]
-    return round(scaled) if integral and abs(scaled - round(scaled)) < 1e-6 * scaled else scaled
+    return round(scaled) if integral and abs(scaled - round(scaled)) <= 1e-6 * abs(scaled) else scaled
 
 
 def parse_bandwidth(value: Any) -> Any:
