@@ -181,3 +181,32 @@ def test_the_operators_bench_job_command_parses_to_the_pools_hardware() -> None:
     assert args.gpu == pool.gpu and args.gpu.memory_bytes == 120 * 2**30
     assert args.intra_node_link == pool.intra and args.inter_node_link == pool.inter
     assert args.publish == "configmap/shardmeter-coefficients-cluster-a"
+
+
+def test_help_shows_every_default_and_examples_that_pass_the_checks(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--help`` states each flag's default and ends with examples; every example is accepted
+    by the real parser and the CLI's own checks (preset names, DNS names, ranges)."""
+    import shlex
+
+    from shardmeter_bench.cli import EPILOG, _check, build_parser
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["--help"])
+    assert exit_.value.code == 0
+    text = capsys.readouterr().out
+    assert "examples:\n  python -m shardmeter_bench all " in text and "Exit status:" in text
+    parser = build_parser()
+    for action in parser._actions:
+        if action.option_strings and action.dest not in ("help", "version"):
+            assert "default" in (action.help or ""), action.option_strings
+    commands = EPILOG.split("examples:\n", 1)[1].split("\n\n", 1)[0].replace("\\\n", " ")
+    examples = [shlex.split(line) for line in commands.splitlines()]
+    assert len(examples) == 3
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "c.json").write_text("{}")  # what the first example writes, the second reads
+    for argv in examples:
+        args = argv[argv.index("shardmeter_bench") + 1 :]
+        namespace = parser.parse_args(args)
+        _check(namespace)  # raises UsageError on a bad example

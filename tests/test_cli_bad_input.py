@@ -660,3 +660,23 @@ def test_help_has_an_example_and_every_default(
     for action in parser._actions:
         if action.help and action.default not in (None, False, [], "==SUPPRESS=="):
             assert "default" in (formatter._get_help_string(action) or ""), action.dest
+
+
+@pytest.mark.parametrize("command", ["predict", "simulate", "plan"])
+def test_help_examples_are_accepted_by_the_parser(
+    command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each example in ``--help`` parses with the real parser (flags spelled right, values in
+    range)."""
+    import shlex
+
+    from shardmeter.cli.main import build_parser
+
+    assert main([command, "--help"]) == 0
+    text = capsys.readouterr().out
+    block = text.split("examples:\n", 1)[1].replace("\\\n", " ")
+    examples = [shlex.split(line, comments=True) for line in block.splitlines() if line.strip()]
+    assert examples and all(argv[:2] == ["shardmeter", command] for argv in examples)
+    parser = build_parser()
+    for argv in examples:
+        parser.parse_args(argv[1:])

@@ -41,6 +41,18 @@ MODES = ("compute", "comm", "all", "validate")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
+EPILOG = """\
+examples:
+  python -m shardmeter_bench all --device cpu --scale small --configs 12 --out c.json
+  python -m shardmeter_bench validate --device cpu --scale small --coefficients c.json
+  torchrun --nproc-per-node 8 -m shardmeter_bench all --device cuda --gpu h200 \\
+      --intra-node-link nvlink4 --pool cluster-a --publish configmap/shardmeter-coefficients-a
+
+Exit status: 0 success, 1 other failure, 2 bad input (one line naming the flag), 3 device
+unavailable, 4 out of memory, 5 distributed failure or timeout, 6 publishing failed,
+130 interrupted; a failure prints one line (the JSON event when logs are JSON)."""
+
+
 class _OneLineParser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         sys.stderr.write(f"{self.prog}: error: {message} (see --help)\n")
@@ -51,9 +63,16 @@ def build_parser() -> argparse.ArgumentParser:
     p = _OneLineParser(
         prog=PROG,
         description="Profile a pool, fit ShardMeter coefficients, publish them, validate them.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--version", action="version", version=f"{PROG} {__version__}")
-    p.add_argument("mode", choices=MODES, help="what to run")
+    p.add_argument(
+        "mode",
+        choices=MODES,
+        help="compute: profile block shapes; comm: time collectives; all: both, then fit; "
+        "validate: all, then check predicted against measured FSDP steps",
+    )
     g = p.add_argument_group("measurement")
     g.add_argument(
         "--device",
@@ -65,7 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--scale",
         choices=("small", "full"),
         default="full",
-        help="shape range: full = the paper's Table I, small = a quick CPU range",
+        help="shape range: full = the paper's Table I, small = a quick CPU range (default: full)",
     )
     g.add_argument("--configs", type=int, help="catalog shapes (default 200 GPU, 16 CPU, 12 small)")
     g.add_argument(
@@ -110,30 +129,43 @@ def build_parser() -> argparse.ArgumentParser:
     )
     h.add_argument(
         "--intra-node-link",
-        help="link inside a node: preset name or JSON link spec (label and prior)",
+        help="link inside a node: preset name or JSON link spec (label and prior) "
+        "(default: the GPU preset's, loopback on a CPU)",
     )
     h.add_argument(
         "--inter-node-link",
-        help="link between nodes: preset name or JSON link spec (label and prior)",
+        help="link between nodes: preset name or JSON link spec (label and prior) "
+        "(default: the GPU preset's)",
     )
-    h.add_argument("--pool", help="pool name recorded in the document")
+    h.add_argument("--pool", help="pool name recorded in the document (default: none)")
     o = p.add_argument_group("output")
     o.add_argument(
         "--out",
         help="coefficients JSON to write (default ./shardmeter-coefficients.json unless --publish)",
     )
-    o.add_argument("--publish", help="configmap/NAME: patch that ConfigMap's data")
+    o.add_argument(
+        "--publish", help="configmap/NAME: patch that ConfigMap's data (default: no publishing)"
+    )
     o.add_argument("--namespace", help="namespace of the ConfigMap (default: the pod's)")
     o.add_argument(
         "--report-dir",
         default="shardmeter-validation",
-        help="validate: folder for validation.json and validation.md",
+        help="validate: folder for validation.json and validation.md "
+        "(default: shardmeter-validation)",
     )
     o.add_argument(
-        "--coefficients", help="validate: use this file instead of measuring and fitting"
+        "--coefficients",
+        help="validate: use this file instead of measuring and fitting (default: measure)",
     )
-    o.add_argument("--log-format", choices=("auto", "json", "console"), default="auto")
-    o.add_argument("--verbose", action="store_true", help="debug logs; tracebacks on bugs")
+    o.add_argument(
+        "--log-format",
+        choices=("auto", "json", "console"),
+        default="auto",
+        help="log lines on stderr (default: auto = console on a terminal, JSON otherwise)",
+    )
+    o.add_argument(
+        "--verbose", action="store_true", help="debug logs; tracebacks on bugs (default: off)"
+    )
     return p
 
 
