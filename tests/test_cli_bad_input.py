@@ -680,3 +680,19 @@ def test_help_examples_are_accepted_by_the_parser(
     parser = build_parser()
     for argv in examples:
         parser.parse_args(argv[1:])
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly() -> None:
+    """``shardmeter predict … | head -1``: when stdout's reader has gone, the command stops
+    with 141 (as a shell reports SIGPIPE) and prints no traceback."""
+    with subprocess.Popen(
+        [sys.executable, "-m", "shardmeter.cli.main", "predict", "--model", "llama-3.2-1b",
+         "--gpu", "a100", "--seq-len", "4096", "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    ) as proc:  # fmt: skip
+        assert proc.stdout is not None and proc.stderr is not None
+        proc.stdout.close()  # before the command has written anything
+        err = proc.stderr.read().decode()
+        assert proc.wait(timeout=120) == 141, err
+    assert err == ""

@@ -10,6 +10,7 @@ paths are checked before any work. Nothing else is printed on stderr in a normal
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -20,6 +21,9 @@ from shardmeter.cli import plan, predict, simulate
 from shardmeter.cli.args import EXIT_USAGE, HelpFormatter, OneLineParser, rename_fields
 from shardmeter.errors import ShardMeterError, SpecError, spec_error_from_validation
 
+EXIT_BROKEN_PIPE = 141
+"""128 + SIGPIPE: what a shell reports for a command whose reader went away (``| head``)."""
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
@@ -27,7 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Predict, simulate and plan FSDP / DiLoCo / Streaming DiLoCo training.",
         formatter_class=HelpFormatter,
         epilog="Exit status: 0 success, 2 bad input (one line on stderr naming the flag or "
-        "the file and key), 130 interrupted.",
+        "the file and key), 130 interrupted, 141 the reader of stdout went away (| head).",
     )
     parser.add_argument("--version", action="version", version=f"shardmeter {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
@@ -50,7 +54,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:  # --help, --version, or one line about a bad argument
         return 0 if exc.code is None else exc.code if isinstance(exc.code, int) else EXIT_USAGE
     try:
-        return int(args.run(args))
+        code = int(args.run(args))
+        sys.stdout.flush()  # a closed pipe is reported here, not at interpreter exit
+        return code
+    except BrokenPipeError:
+        _discard_stdout()
+        return EXIT_BROKEN_PIPE
     except SpecError as exc:
         return _error(args.command, rename_fields(exc, args.flags))
     except ShardMeterError as exc:
@@ -60,6 +69,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         sys.stderr.write("interrupted\n")
         return 130
+
+
+def _discard_stdout() -> None:
+    """The reader of stdout is gone: send what is still buffered to /dev/null, so that the
+    interpreter's final flush does not print a second BrokenPipeError."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout without a file descriptor (captured in-process)
+        pass
 
 
 if __name__ == "__main__":
