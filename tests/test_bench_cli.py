@@ -83,6 +83,7 @@ def test_argparse_errors_exit_2_with_one_line(
     assert len(err) == 1 and message in err[0]
 
 
+@pytest.mark.slow
 def test_missing_gpu_exits_3_with_one_line_an_event_or_text() -> None:
     """One line either way: the structlog event when logs are JSON, the plain line on a
     console; the pod's termination log gets the plain line."""
@@ -99,6 +100,7 @@ def test_missing_gpu_exits_3_with_one_line_an_event_or_text() -> None:
     assert line.startswith("shardmeter-bench: error: --device cuda was asked but no CUDA")
 
 
+@pytest.mark.slow
 def test_rendezvous_timeout_exits_5() -> None:
     """Rank 1 of 2 under a launcher whose rank 0 never comes: a clear timeout, not a hang."""
     env = {

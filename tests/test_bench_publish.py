@@ -102,6 +102,7 @@ def test_publish_patches_an_existing_configmap(
 
 
 @pytest.mark.cluster
+@pytest.mark.slow
 def test_cli_fits_and_publishes_to_the_configmap(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -157,10 +157,12 @@ def _check_answer(out: str, plan_file: Path) -> None:
 OUTCOMES: dict[int, int] = {}
 
 
+@pytest.mark.slow
 @settings(
     max_examples=int(os.environ.get("SHARDMETER_FUZZ_EXAMPLES", "300")),
     deadline=None,
     derandomize="SHARDMETER_FUZZ_EXAMPLES" not in os.environ,  # random when asked for more
+    database=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
 @given(mutant=mutants())
@@ -183,6 +185,7 @@ def test_mutated_example_plans_exit_0_or_2_with_consistent_answers(
         _check_answer(captured.out, f)
 
 
+@pytest.mark.slow
 def test_the_fuzzing_reached_both_outcomes() -> None:
     """The mutants above must not all be rejected (nor all accepted): a fuzz test that only
     ever saw one outcome proves little."""
