@@ -52,6 +52,7 @@ lint: $(VENV)/.full
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check shardmeter operator bench-job tests
 	$(VENV)/bin/mypy shardmeter
+	$(VENV)/bin/lint-imports --no-cache
 
 pytest: $(VENV)/.full tools
 	$(PY) -m pytest $(PYTEST_ARGS)

@@ -316,11 +316,14 @@ def _under(path: str, parent: str) -> bool:
     return path.startswith((parent + ".", parent + "["))
 
 
+SPEC_ROOTS: list[type[BaseModel]] = []
+"""Base classes of the specs whose errors are reworded (``shardmeter.spec.base`` registers
+``SpecModel`` here: this module, the lowest layer, does not import the specs)."""
+
+
 def _model_named(title: str) -> type[BaseModel] | None:
     """The spec class a ValidationError's title names (every spec derives from SpecModel)."""
-    from shardmeter.spec.base import SpecModel
-
-    pending: list[type[BaseModel]] = [SpecModel]
+    pending: list[type[BaseModel]] = list(SPEC_ROOTS)
     while pending:
         cls = pending.pop()
         if cls.__name__ == title:

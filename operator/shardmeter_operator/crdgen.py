@@ -141,7 +141,7 @@ def crd(
     scope: str,
     spec: type[BaseModel],
     status: type[BaseModel],
-    columns: list[dict[str, str]],
+    columns: list[dict[str, Any]],
     short: list[str],
 ) -> dict[str, Any]:
     spec_schema = openapi_schema(spec)
@@ -206,6 +206,7 @@ def all_crds() -> dict[str, dict[str, Any]]:
             {"name": "GPUs/Node", "type": "integer", "jsonPath": ".spec.gpusPerNode"},
             {"name": "$/GPU-h", "type": "number", "jsonPath": ".spec.pricePerGpuHourUsd"},
             {"name": "Coefficients", "type": "string", "jsonPath": ".status.source"},
+            {"name": "Observed", "type": "number", "jsonPath": ".status.observed.computeScale"},
             _condition_column("Ready", "CoefficientsReady"),
             age,
         ],
@@ -234,6 +235,15 @@ def all_crds() -> dict[str, dict[str, Any]]:
                 "type": "number",
                 "jsonPath": ".status.predictions.outerStepBlockingSeconds",
             },
+            _condition_column("Drift", "PredictionDrift"),
+            {
+                "name": "Workload",
+                "type": "string",
+                "jsonPath": ".status.launch.workload",
+                "priority": 1,
+            },
+            {**_condition_column("Admitted", "Admitted"), "priority": 1},
+            {"name": "Restarts", "type": "integer", "jsonPath": ".status.restarts", "priority": 1},
             age,
         ],
         ["tplan"],

@@ -3,8 +3,10 @@
 Only ``on.event`` handlers: no timers, daemons or mandatory delete
 handlers, so kopf never puts a finalizer on a GPUPool or TrainingPlan (deleting one — or its
 namespace — never waits for the operator). Server-side selectors keep the watches of Jobs,
-and Events to the operator's own; the coefficients ConfigMaps are watched in the operator's
-namespace only (``Controller.watch_coefficients``)."""
+JobSets and Events to the operator's own; Kueue's Workloads go to the plan that owns their
+JobSet or Job; the coefficients ConfigMaps are watched in the operator's namespace only
+(``Controller.watch_coefficients``). Kinds whose CRD is not installed (JobSet, Kueue) are
+watched once it is (kopf follows the CRDs)."""
 
 from __future__ import annotations
 
@@ -17,6 +19,8 @@ from shardmeter_operator import metrics
 from shardmeter_operator.config import OperatorConfig
 from shardmeter_operator.controller import Controller
 from shardmeter_operator.kube import Kube, connection_info, load_configuration
+from shardmeter_operator.kueue import GROUP as KUEUE_GROUP
+from shardmeter_operator.kueue import VERSION as KUEUE_VERSION
 from shardmeter_operator.manifests import (
     COMPONENT_LABEL,
     MANAGED_BY,
@@ -24,6 +28,8 @@ from shardmeter_operator.manifests import (
     POOL_ANNOTATION,
 )
 from shardmeter_operator.resources import GROUP, VERSION, TrainingPlanStatus
+from shardmeter_operator.workload_jobset import GROUP as JOBSET_GROUP
+from shardmeter_operator.workload_jobset import VERSION as JOBSET_VERSION
 
 GPUPOOLS = (GROUP, VERSION, "gpupools")
 PLANS = (GROUP, VERSION, "trainingplans")
@@ -40,6 +46,7 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
         settings.watching.server_timeout = 300
         settings.networking.request_timeout = 60
         settings.watching.label_selectors["batch", "v1", "jobs"] = OURS
+        settings.watching.label_selectors[JOBSET_GROUP, JOBSET_VERSION, "jobsets"] = OURS
         settings.watching.field_selectors["v1", "events"] = FAILED_CREATE
         if getattr(memo, "kube", None) is None:
             memo.kube = Kube(load_configuration(memo.config.kubeconfig))
@@ -84,8 +91,12 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
             ctl.observe_pool(body)
             status = body.get("status") or {}
             generation = int(body["metadata"].get("generation") or 0)
-            if type is None or status.get("observedGeneration") != generation:
-                await ctl.pool(name)  # new spec, or (re)start: re-read its ConfigMap and Job
+            if (
+                type is None
+                or status.get("observedGeneration") != generation
+                or ctl.pool_needs_work(body)
+            ):
+                await ctl.pool(name)  # new spec, (re)start or a reset: re-read ConfigMap, Job
         await ctl.fan_out(name)
 
     @kopf.on.event(*PLANS, registry=registry, id="trainingplan")
@@ -122,6 +133,25 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
             await ctl.pool(annotations[POOL_ANNOTATION])
         elif (key := ctl.plan_uids.get(labels.get(PLAN_UID_LABEL, ""))) is not None:
             await ctl.plan(*key)
+
+    @kopf.on.event(JOBSET_GROUP, JOBSET_VERSION, "jobsets", registry=registry, id="child-jobset")
+    async def jobset_event(labels: kopf.Labels, memo: kopf.Memo, **_: Any) -> None:
+        ctl: Controller = memo.controller
+        ctl.in_handler()
+        if (key := ctl.plan_uids.get(labels.get(PLAN_UID_LABEL, ""))) is not None:
+            await ctl.plan(*key)
+
+    @kopf.on.event(KUEUE_GROUP, KUEUE_VERSION, "workloads", registry=registry, id="kueue-workload")
+    async def workload_event(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+        """Kueue admitted, preempted or finished the Workload of a plan's JobSet or Job."""
+        ctl: Controller = memo.controller
+        ctl.in_handler()
+        namespace = str(body.get("metadata", {}).get("namespace") or "")
+        for ref in body.get("metadata", {}).get("ownerReferences") or []:
+            key = ctl.plan_for_owner(namespace, str(ref.get("kind")), str(ref.get("name")))
+            if key is not None:
+                await ctl.plan(*key)
+                return
 
     @kopf.on.event("v1", "events", registry=registry, id="failed-create")
     async def event_event(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:

@@ -57,6 +57,7 @@ class _Kind:
 _KINDS: dict[tuple[str, str], _Kind] = {
     ("v1", "ConfigMap"): _Kind("CoreV1Api", "config_map"),
     ("v1", "Service"): _Kind("CoreV1Api", "service"),
+    ("v1", "Pod"): _Kind("CoreV1Api", "pod"),
     ("batch/v1", "Job"): _Kind("BatchV1Api", "job"),
     ("apps/v1", "Deployment"): _Kind("AppsV1Api", "deployment"),
     ("rbac.authorization.k8s.io/v1", "Role"): _Kind("RbacAuthorizationV1Api", "role"),
@@ -64,6 +65,31 @@ _KINDS: dict[tuple[str, str], _Kind] = {
         "RbacAuthorizationV1Api", "role_binding"
     ),
 }
+
+
+@dataclass(frozen=True)
+class _Custom:
+    """A kind served by a CRD (read and written through the CustomObjectsApi)."""
+
+    group: str
+    version: str
+    plural: str
+    namespaced: bool = True
+
+
+_CUSTOM: dict[tuple[str, str], _Custom] = {
+    ("jobset.x-k8s.io/v1alpha2", "JobSet"): _Custom("jobset.x-k8s.io", "v1alpha2", "jobsets"),
+    ("kueue.x-k8s.io/v1beta1", "Workload"): _Custom("kueue.x-k8s.io", "v1beta1", "workloads"),
+    ("kueue.x-k8s.io/v1beta1", "LocalQueue"): _Custom("kueue.x-k8s.io", "v1beta1", "localqueues"),
+    ("kueue.x-k8s.io/v1beta1", "ResourceFlavor"): _Custom(
+        "kueue.x-k8s.io", "v1beta1", "resourceflavors", namespaced=False
+    ),
+    ("apiextensions.k8s.io/v1", "CustomResourceDefinition"): _Custom(
+        "apiextensions.k8s.io", "v1", "customresourcedefinitions", namespaced=False
+    ),
+}
+"""Kinds of other projects' CRDs (JobSet, Kueue) and the CRDs themselves. Reading a kind whose
+CRD is not installed answers 404: ``get`` gives None and ``list`` an empty list."""
 
 
 class Kube:
@@ -88,9 +114,19 @@ class Kube:
 
     async def create(self, manifest: Manifest) -> tuple[Manifest, bool]:
         """Create ``manifest``; if it exists, return the existing object. (obj, created)"""
-        api, kind = self._api(manifest)
         ns = manifest["metadata"]["namespace"]
         try:
+            custom = _CUSTOM.get((manifest["apiVersion"], manifest["kind"]))
+            if custom is not None:
+                api: Any = kubernetes.client.CustomObjectsApi(self.client)
+                c = custom
+                created = await asyncio.to_thread(
+                    lambda: api.create_namespaced_custom_object(
+                        c.group, c.version, ns, c.plural, manifest
+                    )
+                )
+                return dict(created), True
+            api, kind = self._api(manifest)
             obj = await asyncio.to_thread(
                 getattr(api, f"create_namespaced_{kind.plural}"), ns, manifest
             )
@@ -107,8 +143,14 @@ class Kube:
             ) from exc
 
     async def get(
-        self, api_version: str, kind_name: str, namespace: str, name: str
+        self, api_version: str, kind_name: str, namespace: str | None, name: str
     ) -> Manifest | None:
+        custom = _CUSTOM.get((api_version, kind_name))
+        if custom is not None:
+            c = custom
+            return await self.get_custom(
+                c.group, c.version, c.plural, namespace if c.namespaced else None, name
+            )
         api, kind = self._api((api_version, kind_name))
         try:
             obj = await asyncio.to_thread(
@@ -137,14 +179,30 @@ class Kube:
     async def list(
         self, api_version: str, kind_name: str, namespace: str, label_selector: str
     ) -> list[Manifest]:
-        """Objects of a kind in a namespace matching a label selector."""
-        api, kind = self._api((api_version, kind_name))
-        fn = getattr(api, f"list_namespaced_{kind.plural}")
+        """Objects of a kind in a namespace matching a label selector (a kind whose CRD is
+        not installed has none)."""
+        custom = _CUSTOM.get((api_version, kind_name))
         try:
-            result = await asyncio.to_thread(lambda: fn(namespace, label_selector=label_selector))
+            if custom is not None:
+                api: Any = kubernetes.client.CustomObjectsApi(self.client)
+                c = custom
+                result = await asyncio.to_thread(
+                    lambda: api.list_namespaced_custom_object(
+                        c.group, c.version, namespace, c.plural, label_selector=label_selector
+                    )
+                )
+                items = list((result or {}).get("items") or [])
+            else:
+                api, kind = self._api((api_version, kind_name))
+                fn = getattr(api, f"list_namespaced_{kind.plural}")
+                listed = await asyncio.to_thread(
+                    lambda: fn(namespace, label_selector=label_selector)
+                )
+                items = self._plain(listed).get("items") or []
         except ApiException as exc:
+            if custom is not None and exc.status == 404:
+                return []
             raise _temporary(exc, f"list {kind_name} in {namespace}") from exc
-        items = self._plain(result).get("items") or []
         for item in items:  # list items carry no apiVersion/kind
             item.setdefault("apiVersion", api_version)
             item.setdefault("kind", kind_name)
@@ -153,14 +211,62 @@ class Kube:
     async def delete(self, api_version: str, kind_name: str, namespace: str, name: str) -> None:
         """Delete with Foreground propagation (the object goes once its pods are gone); a
         missing object is already deleted."""
-        api, kind = self._api((api_version, kind_name))
-        fn = getattr(api, f"delete_namespaced_{kind.plural}")
         body = kubernetes.client.V1DeleteOptions(propagation_policy="Foreground")
+        custom = _CUSTOM.get((api_version, kind_name))
+        if custom is not None:
+            api: Any = kubernetes.client.CustomObjectsApi(self.client)
+            c = custom
+
+            def fn(name: str, namespace: str, body: Any) -> Any:
+                return api.delete_namespaced_custom_object(
+                    c.group, c.version, namespace, c.plural, name, body=body
+                )
+        else:
+            typed, kind = self._api((api_version, kind_name))
+            fn = getattr(typed, f"delete_namespaced_{kind.plural}")
         try:
             await asyncio.to_thread(lambda: fn(name, namespace, body=body))
         except ApiException as exc:
             if exc.status != 404:
                 raise _temporary(exc, f"delete {kind_name} {namespace}/{name}") from exc
+
+    async def pod_log(
+        self,
+        namespace: str,
+        name: str,
+        container: str,
+        *,
+        tail_lines: int,
+        limit_bytes: int,
+        timeout_s: float = 30.0,
+    ) -> str:
+        """The last ``tail_lines`` lines of a container's current log, at most ``limit_bytes``
+        (``pods/log``; undecodable bytes replaced). Raises :class:`LogUnavailableError` with the
+        API server's message (pod gone, container not started, …)."""
+        api = kubernetes.client.CoreV1Api(self.client)
+
+        def read() -> bytes:
+            response: Any = api.read_namespaced_pod_log(
+                name,
+                namespace,
+                container=container,
+                tail_lines=tail_lines,
+                limit_bytes=limit_bytes,
+                _preload_content=False,
+                _request_timeout=timeout_s,
+            )
+            try:
+                return bytes(response.read(limit_bytes + 1)[:limit_bytes])
+            finally:
+                response.release_conn()
+
+        try:
+            data = await asyncio.to_thread(read)
+        except ApiException as exc:
+            raise LogUnavailableError(exc.status, _api_message(exc)) from exc
+        except Exception as exc:  # connection reset, read timeout
+            raise LogUnavailableError(None, f"{type(exc).__name__}: {exc}"[:300]) from exc
+        return data.decode("utf-8", errors="replace")
 
     async def get_custom(
         self, group: str, version: str, plural: str, namespace: str | None, name: str
@@ -277,6 +383,24 @@ class Kube:
 
     def close(self) -> None:
         self.client.close()
+
+
+class LogUnavailableError(Exception):
+    """A pod log could not be read: ``status`` is the HTTP status (None: no response)."""
+
+    def __init__(self, status: int | None, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _api_message(exc: ApiException) -> str:
+    """The ``message`` of a Kubernetes Status body, else the HTTP reason."""
+    try:
+        body = json.loads(exc.body or "{}")
+    except (TypeError, ValueError):
+        body = {}
+    message = body.get("message") if isinstance(body, dict) else None
+    return str(message or f"HTTP {exc.status} {(exc.reason or '').strip()}")[:500]
 
 
 def _temporary(exc: ApiException, what: str) -> kopf.TemporaryError:

@@ -11,17 +11,17 @@ from typing import Any
 from shardmeter_operator import metrics
 from shardmeter_operator.children import ensure_children, list_children
 from shardmeter_operator.conditions import Reason, Type, get_condition, set_condition
-from shardmeter_operator.errors import RuntimeCannotExpressError
+from shardmeter_operator.errors import FlavorError, RuntimeCannotExpressError, reason_for
 from shardmeter_operator.launch import (
     ISLAND_SHAPE,
     decision_revision,
-    follow_islands,
     plan_phase,
     transitions,
 )
 from shardmeter_operator.manifests import (
     PLAN_REVISION_LABEL,
 )
+from shardmeter_operator.observe import launch_digest, observe_only_change, observe_plan
 from shardmeter_operator.plancontext import (
     PlanContext,
     PlanResult,
@@ -41,9 +41,19 @@ from shardmeter_operator.resources import (
     IslandState,
     LaunchRecord,
     TrainingPlanPhase,
+    TrainingPlanSpec,
     TrainingPlanStatus,
 )
-from shardmeter_operator.runtime_manifests import launch_manifests, launchable_run, refuse_launch
+from shardmeter_operator.runtime_manifests import launch_manifests
+from shardmeter_operator.workload import (
+    decide_launch,
+    follow_workload,
+    island_states,
+    launch_record,
+    launched_message,
+    rendered_pools,
+    used_pools,
+)
 
 
 # ---- launched plans ---------------------------------------------------------------------------
@@ -84,17 +94,20 @@ async def reconcile_launched(
         blocking(
             st, ok, outcome.predictions.outer_step_blocking_seconds, "", namespace, name, generation
         )
-        try:  # the relaunched plan must run as planned on torchtitan-FT, or nothing changes
-            launchable_run(ok.spec, st, namespace)
-        except RuntimeCannotExpressError as exc:
-            event = refuse_launch(st, exc, generation)
-            out.events += [event] if event else []
+        # the relaunched plan must run as planned on torchtitan-FT, or nothing changes
+        kind = await decide_launch(name, namespace, ok.spec, ok.pools, ctx, out, generation)
+        if kind is None:
             return
         revision = decision_revision(
             uid, ok.spec.relaunch, st.islands, st.streaming_di_lo_co, ok.spec.template
         )
         st.launch = LaunchRecord(
-            revision=revision, relaunch=ok.spec.relaunch, generation=generation, complete=False
+            revision=revision,
+            relaunch=ok.spec.relaunch,
+            generation=generation,
+            complete=False,
+            spec_digest=launch_digest(ok.spec),
+            **launch_record(name, kind, ok.spec),
         )
         st.phase = TrainingPlanPhase.PLANNED
         out.events.append(("Normal", Reason.RELAUNCHING, f"relaunch {ok.spec.relaunch}: {st.plan}"))
@@ -113,10 +126,12 @@ async def reconcile_launched(
         if not st.launch.complete:
             return
         children = await list_children(ctx.kube, namespace, uid)
-    drift(st, generation, out)
+    drift(st, generation, out, ok.spec if ok is not None else None)
     if ok is not None and _needs_reevaluation(st, ok, ctx):
         await _reevaluate(name, namespace, generation, ok, ctx, out)
-    follow(name, namespace, generation, children, ctx, out)
+    queued = await follow_workload(namespace, generation, children, ctx, out)
+    follow(name, namespace, generation, children, ctx, out, queued=queued)
+    await observe_plan(name, namespace, uid, ok, ctx, out)
 
 
 def _needs_reevaluation(st: TrainingPlanStatus, ok: Validated, ctx: PlanContext) -> bool:
@@ -127,11 +142,16 @@ def _needs_reevaluation(st: TrainingPlanStatus, ok: Validated, ctx: PlanContext)
     )
 
 
-def drift(st: TrainingPlanStatus, generation: int, out: PlanResult) -> None:
+def drift(
+    st: TrainingPlanStatus,
+    generation: int,
+    out: PlanResult,
+    spec: TrainingPlanSpec | None = None,
+) -> None:
     assert st.launch is not None
     launched = st.launch.generation
     before = get_condition(st.conditions, Type.SPEC_CHANGED_AFTER_LAUNCH)
-    if generation != launched:
+    if generation != launched and not observe_only_change(st, spec):
         message = (
             f"the spec changed (generation {generation}) after the launch of generation "
             f"{launched}: not applied to the running islands; bump spec.relaunch to relaunch "
@@ -218,18 +238,21 @@ async def create_children(
             uid,
             ok.spec,
             st,
-            ok.pools,
+            await rendered_pools(used_pools(ok.pools, st.islands), st.launch.queue_name, ctx.kube),
             plan_json=plan_json,
             revision=st.launch.revision,
             bench_image=ctx.cfg.bench_image,
+            workload=st.launch.workload,
+            queue=st.launch.queue_name,
         )
-    except RuntimeCannotExpressError as exc:  # checked when the decision was made
+    except (RuntimeCannotExpressError, FlavorError) as exc:  # checked by the decision
         st.conditions = set_condition(
-            st.conditions, Type.LAUNCHED, False, Reason.NOT_LAUNCHABLE, str(exc), generation
+            st.conditions, Type.LAUNCHED, False, reason_for(exc), str(exc), generation
         )
+        out.requeue_within(ctx.cfg.recheck_interval_s)
         return
     result = await ensure_children(ctx.kube, manifests, children, uid, st.launch.revision)
-    st.jobs = [m["metadata"]["name"] for m in manifests if m["kind"] == "Job"]
+    st.jobs = [i.name for i in st.islands]  # each island's Job (a JobSet's child Jobs too)
     if result.conflict:
         message = result.conflict
         launched = get_condition(st.conditions, Type.LAUNCHED)
@@ -254,11 +277,9 @@ async def create_children(
         return
     st.launch = st.launch.model_copy(update={"complete": True})
     st.phase = TrainingPlanPhase.LAUNCHED
-    message = f"{len(st.jobs)} Job(s) of revision {st.launch.revision}: {', '.join(st.jobs)}"
-    st.conditions = set_condition(
-        st.conditions, Type.LAUNCHED, True, Reason.JOBS_CREATED, message, generation
-    )
-    out.events.append(("Normal", "Launched", f"created {len(st.jobs)} island Job(s) for {st.plan}"))
+    created, reason = launched_message(st)
+    st.conditions = set_condition(st.conditions, Type.LAUNCHED, True, reason, created, generation)
+    out.events.append(("Normal", "Launched", f"{created} for {st.plan}"))
 
 
 def follow(
@@ -268,18 +289,15 @@ def follow(
     children: list[dict[str, Any]],
     ctx: PlanContext,
     out: PlanResult,
+    *,
+    queued: str = "",
 ) -> None:
+    """The islands' states, the phase, ``Running`` and ``Failed``; ``queued``: why Kueue
+    has not admitted the workload yet (:func:`workload.follow_workload`)."""
     st = out.status
     assert st.launch is not None
-    revision = st.launch.revision
-    jobs = {
-        c["metadata"]["name"]: c
-        for c in children
-        if c.get("kind") == "Job"
-        and (c["metadata"].get("labels") or {}).get(PLAN_REVISION_LABEL) == revision
-    }
     before = list(st.islands)
-    st.islands = follow_islands(before, jobs, ctx.rejected, complete=st.launch.complete)
+    st.islands = island_states(st, children, ctx.rejected, queued=queued)
     for isl in transitions(before, st.islands):
         kind = (
             "Warning"

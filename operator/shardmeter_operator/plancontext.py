@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 from pydantic import ValidationError
 
 from shardmeter.cost.coefficients import CoefficientsDocument, Source
+from shardmeter.cost.observed import ObservedStepSample
 from shardmeter.errors import InfeasibleError, SpecError, spec_error_from_validation
 from shardmeter.plan.schema import PlanSpec
 from shardmeter_operator import memory, metrics
@@ -31,6 +32,7 @@ from shardmeter_operator.planning import (
     plan_request,
 )
 from shardmeter_operator.resources import (
+    Condition,
     DiLoCoSettings,
     GPUPoolSpec,
     PoolCoefficients,
@@ -75,6 +77,20 @@ class PlanResult:
     status: TrainingPlanStatus
     events: list[Event] = field(default_factory=list)
     requeue_s: float | None = None
+    previous: list[Condition] = field(default_factory=list)
+    """The conditions as the reconcile found them (a problem seen again keeps its time and
+    posts no second Event)."""
+    samples: dict[str, list[ObservedStepSample]] = field(default_factory=dict)
+    """Pool → observed step samples for its correction (the pool's reconcile merges them)."""
+
+    def requeue_within(self, seconds: float) -> None:
+        """Come back in at most ``seconds``."""
+        self.requeue_s = seconds if self.requeue_s is None else min(self.requeue_s, seconds)
+
+
+ELSEWHERE = (Reason.WORKLOAD_UNAVAILABLE, Reason.QUEUE_NOT_FOUND, Reason.FLAVOR_MISMATCH)
+"""Refusals whose fix lies outside the plan and its pools: such a plan is rechecked on
+every event (and every ``--recheck-interval``), also after the operator restarts."""
 
 
 def referenced_pools(spec_raw: Mapping[str, Any]) -> set[str]:
@@ -100,6 +116,8 @@ def needs_work(body: Mapping[str, Any], pools: Mapping[str, PoolView]) -> bool:
     valid = get_condition(status.conditions, Type.VALID)
     if valid is not None and valid.reason in (Reason.POOL_NOT_FOUND, Reason.POOL_INVALID):
         return all(n in pools and not pools[n].problem for n in names)
+    if valid is not None and valid.status == "False" and valid.reason in ELSEWHERE:
+        return True  # fixed by installing JobSet or Kueue, a LocalQueue, a ResourceFlavor
     if status.phase is TrainingPlanPhase.INVALID:
         return False
     if any(n not in pools or pools[n].problem for n in names):
@@ -147,9 +165,11 @@ def validate(spec_raw: Mapping[str, Any], pools: Mapping[str, PoolView]) -> Vali
     return Validated(spec, request, {r.name: valid[r.name] for r in spec.pools})
 
 
-async def _documents(
+async def read_documents(
     names: list[str], cfg: OperatorConfig, kube: Kube
 ) -> tuple[dict[str, CoefficientsDocument | None], list[str]]:
+    """Each pool's coefficients document as its ConfigMap holds it (None: missing or
+    unreadable, with a note)."""
     docs: dict[str, CoefficientsDocument | None] = {}
     notes: list[str] = []
     for name in names:
@@ -162,8 +182,22 @@ async def _documents(
                 notes.append(
                     f"pool {name}: unreadable coefficients ({exc}); using datasheet priors"
                 )
-        docs[name] = doc if doc is not None and doc.source is Source.MEASURED else None
+        docs[name] = doc
     return docs, notes
+
+
+async def _documents(
+    names: list[str], cfg: OperatorConfig, kube: Kube
+) -> tuple[dict[str, CoefficientsDocument | None], list[str]]:
+    """The documents planning uses: measured ones, and priors that carry an observed
+    correction (None: the pool's datasheet priors)."""
+    docs, notes = await read_documents(names, cfg, kube)
+    return {
+        name: doc
+        if doc is not None and (doc.source is Source.MEASURED or doc.compute_scale != 1.0)
+        else None
+        for name, doc in docs.items()
+    }, notes
 
 
 async def coefficients(
@@ -172,7 +206,7 @@ async def coefficients(
     names = [r.name for r in ok.spec.pools]
     docs, notes = await _documents(names, ctx.cfg, ctx.kube)
     revisions = pool_revisions(names, ctx.pools)
-    priors = sorted(p for p, d in docs.items() if d is None)
+    priors = sorted(p for p, d in docs.items() if d is None or d.source is Source.PRIOR)
     st = out.status
     st.conditions = set_condition(
         st.conditions,
@@ -189,7 +223,14 @@ async def coefficients(
     )
     st.coefficients = [
         PoolCoefficients(
-            pool=p, source="prior" if docs[p] is None else "measured", revision=revisions[p]
+            pool=p,
+            source="measured"
+            if (d := docs[p]) is not None and d.source is Source.MEASURED
+            else "prior",
+            revision=revisions[p],
+            observed_compute_scale=d.compute_scale
+            if d is not None and d.compute_scale != 1.0
+            else None,
         )
         for p in names
     ]

@@ -14,7 +14,8 @@ from pydantic import ValidationError
 
 from shardmeter.cost.coefficients import CoefficientsDocument
 from shardmeter.errors import spec_error_from_validation
-from shardmeter.plan.fixed import FixedGroup, evaluate_fixed
+from shardmeter.plan.fixed import evaluate_fixed
+from shardmeter.plan.groups import IslandGroup
 from shardmeter.plan.result import build_result
 from shardmeter.plan.schema import PlanPool, PlanSpec
 from shardmeter.plan.search import search
@@ -192,7 +193,7 @@ def reevaluate(
     for isl in islands:
         key = (isl.pool, isl.nodes, isl.gpus_per_node, isl.micro_batch, isl.accumulation)
         groups[key] = groups.get(key, 0) + 1
-    fixed = [FixedGroup(k[0], n, k[1], k[2], k[3], k[4]) for k, n in groups.items()]
+    fixed = [IslandGroup(k[0], n, k[1], k[2], k[3], k[4]) for k, n in groups.items()]
     s = settings or DiLoCoSettings(sync_every=1, fragments=1, fragment_sync_delay=0)
     ev = evaluate_fixed(request, docs, fixed, s.sync_every, s.fragments, s.fragment_sync_delay)
     rec = None

@@ -6,11 +6,11 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from shardmeter.cli import format as fmt
 from shardmeter.cli.args import HelpFormatter, int_arg
 from shardmeter.cli.common import MODEL_POOL_FLAGS, add_model_pool_args, build_cost_model, emit_json
 from shardmeter.cost.model import CostModel
 from shardmeter.cost.stragglers import straggler_factor
+from shardmeter.output import format as fmt
 from shardmeter.sim.fsdp import MAX_ACCUMULATION
 from shardmeter.sim.scenario import IslandShape, IslandStepModel
 

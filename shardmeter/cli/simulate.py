@@ -8,7 +8,6 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from shardmeter.cli import format as fmt
 from shardmeter.cli.args import (
     HelpFormatter,
     check_output_file,
@@ -18,6 +17,9 @@ from shardmeter.cli.args import (
 )
 from shardmeter.cli.common import MODEL_POOL_FLAGS, add_model_pool_args, build_cost_model, emit_json
 from shardmeter.errors import SpecError
+from shardmeter.output import format as fmt
+from shardmeter.output.sim_plots import SweepPoint, plot_batch_sweep, plot_timeline
+from shardmeter.output.trace import write_trace
 from shardmeter.sim.diloco import (
     DEFAULT_ROUNDS,
     MAX_ROUNDS,
@@ -34,10 +36,8 @@ from shardmeter.sim.fsdp import (
     simulate_fsdp_step,
 )
 from shardmeter.sim.outer import IslandPlacement, OuterLink, fabric_link, outer_link, wan_link
-from shardmeter.sim.plot import SweepPoint, plot_batch_sweep, plot_timeline
 from shardmeter.sim.scenario import DiLoCoIsland, IslandShape, IslandStepModel, simulate_islands
 from shardmeter.sim.settings import SettingsChoice
-from shardmeter.sim.trace import write_trace
 from shardmeter.sim.whatif import WhatIfDocument
 from shardmeter.spec.hardware import LinkKind
 from shardmeter.spec.loading import link_from_arg, read_document, validate

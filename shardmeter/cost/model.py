@@ -28,6 +28,9 @@ precision. Every feature belongs to one kind of work — matmuls (``t_h_q``, ``t
   the blocks), ``selective-op`` the matmuls torchtitan's policy does not save (K, O and the
   MLP up projection of a gated MLP; K, O and down for a plain one) plus all element-wise
   work, attention excluded.
+
+**Observed correction** (`shardmeter.cost.observed`): its compute scale multiplies every
+compute time (after the roofline guard), never a collective; priors rebuilt keep it.
 """
 
 from __future__ import annotations
@@ -121,11 +124,15 @@ class CostModel:
                 f"fitted at {coefficients.precision.value}; "
                 f"set precision: {coefficients.precision.value}",
             )
+        observed = coefficients.observed if coefficients is not None else None
         if coefficients is None or coefficients.source is Source.PRIOR:
             coefficients = pool_priors(pool, base, pool.name, model)
+            if observed is not None:
+                coefficients = coefficients.model_copy(update={"observed": observed})
         else:
             coefficients = self._per_node_network(coefficients)
         self.coefficients = coefficients
+        self.compute_scale = coefficients.compute_scale  # the observed correction (1.0: none)
         self.gpu: GPUSpec = coefficients.gpu
         self.peak_flop_per_s = self.gpu.peak_flop_per_s(training.precision.value)
         self.clock_fraction = clock_fraction(
@@ -309,14 +316,15 @@ class CostModel:
                 clamped.append(target.value)
                 value = floor
             out[target] = value
-        recompute = self._recompute(block_fwd)
+        k = self.compute_scale
+        recompute = self._recompute(block_fwd) * k
         return UnitTimes(
-            embedding_forward_s=out[Target.EMBEDDING_FORWARD],
-            embedding_backward_s=out[Target.EMBEDDING_BACKWARD],
-            block_forward_s=out[Target.BLOCK_FORWARD],
-            block_backward_s=out[Target.BLOCK_BACKWARD] + recompute,
-            head_forward_s=out[Target.HEAD_FORWARD],
-            head_backward_s=out[Target.HEAD_BACKWARD],
+            embedding_forward_s=out[Target.EMBEDDING_FORWARD] * k,
+            embedding_backward_s=out[Target.EMBEDDING_BACKWARD] * k,
+            block_forward_s=out[Target.BLOCK_FORWARD] * k,
+            block_backward_s=out[Target.BLOCK_BACKWARD] * k + recompute,
+            head_forward_s=out[Target.HEAD_FORWARD] * k,
+            head_backward_s=out[Target.HEAD_BACKWARD] * k,
             block_recompute_s=recompute,
             roofline_clamped=tuple(clamped),
             tensor_duty_cycle=parts.tensor_duty_cycle,
@@ -336,7 +344,7 @@ class CostModel:
         """Optimizer step on one rank whose shard is ``total_params / ranks`` parameters
         (pass the shard-group size under HSDP)."""
         values = feature_values(self.model, 0, 0, params_local=self.model.total_params / ranks)
-        return sum(self._split(Target.OPTIMIZER_STEP, values).values())
+        return sum(self._split(Target.OPTIMIZER_STEP, values).values()) * self.compute_scale
 
     def fsdp_copy_seconds(self, params: float) -> tuple[float, float]:
         """FSDP2's copies around the collectives of one unit: (after an all_gather: split
@@ -345,7 +353,7 @@ class CostModel:
         t = self.training
         bw = self.gpu.hbm_bandwidth_bytes_per_s * self.gpu.memory_efficiency
         c, r = t.compute_bytes, t.grad_reduce_bytes
-        return params * 2 * c / bw, params * (c + r) / bw
+        return params * 2 * c / bw * self.compute_scale, params * (c + r) / bw
 
     # ---- communication --------------------------------------------------------------------
     def link_fit(self, collective: str, nodes: int) -> CollectiveFit:
@@ -445,7 +453,7 @@ class CostModel:
         """
         local = fragment_params / ranks
         values = feature_values(self.model, 0, 0, params_local=local)
-        seconds = sum(self._split(Target.OPTIMIZER_STEP, values).values())
+        seconds = sum(self._split(Target.OPTIMIZER_STEP, values).values()) * self.compute_scale
         if not state_on_gpu:
             seconds += 2 * 4 * local / HOST_LINK_BYTES_PER_S
         return seconds

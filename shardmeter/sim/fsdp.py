@@ -34,7 +34,7 @@ FSDP2's implicit one-unit-ahead prefetch on its all-gather stream.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
 from shardmeter.cost.model import CostModel
@@ -101,6 +101,16 @@ class FSDPDurations:
 
     def resharded(self, unit: int) -> bool:
         return not self.reshard_after_forward or self.reshard_after_forward[unit]
+
+    def scaled_compute(self, scale: float) -> FSDPDurations:
+        """The same step with every compute-stream task ``scale`` times as long (forward,
+        backward, optimizer): what a `CostModel` with that observed compute scale gives."""
+        return replace(
+            self,
+            forward_s=tuple(v * scale for v in self.forward_s),
+            backward_s=tuple(v * scale for v in self.backward_s),
+            optimizer_s=self.optimizer_s * scale,
+        )
 
     @classmethod
     def from_cost_model(

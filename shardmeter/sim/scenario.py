@@ -49,6 +49,23 @@ class IslandShape:
         return f"{self.nodes}×{self.gpus_per_node}"
 
 
+def first_steps_s(
+    durations: FSDPDurations, max_inflight: int, gradient_sync: GradientSync
+) -> tuple[float, float, float]:
+    """Simulated step seconds at accumulation 1, 2 and 3 (see `IslandStepModel`)."""
+    return tuple(  # type: ignore[return-value]
+        fsdp_step_seconds(durations, a, max_inflight, gradient_sync) for a in (1, 2, 3)
+    )
+
+
+def extrapolated_step_s(first: tuple[float, float, float], accumulation: int) -> float:
+    """T(A) = T(2) + (A − 2)·(T(3) − T(2)) for A ≥ 2 (see `IslandStepModel`)."""
+    t1, t2, t3 = first
+    if accumulation <= 2:
+        return t1 if accumulation == 1 else t2
+    return t2 + (accumulation - 2) * (t3 - t2)
+
+
 def resolved_gradient_sync(cm: CostModel, gradient_sync: GradientSync | None) -> GradientSync:
     """The mode a step is simulated with: the argument, else the training spec's; ``auto``
     (a planner decision) counts as FSDP2's default, every-micro-batch, until resolved."""
@@ -91,10 +108,7 @@ class IslandStepModel:
 
     @cached_property
     def _first_steps(self) -> tuple[float, float, float]:
-        return tuple(  # type: ignore[return-value]
-            fsdp_step_seconds(self.durations, a, self.max_inflight, self.gradient_sync)
-            for a in (1, 2, 3)
-        )
+        return first_steps_s(self.durations, self.max_inflight, self.gradient_sync)
 
     @property
     def increment_s(self) -> float:
@@ -103,10 +117,7 @@ class IslandStepModel:
         return t3 - t2
 
     def step_s(self, accumulation: int) -> float:
-        t1, t2, t3 = self._first_steps
-        if accumulation <= 2:
-            return t1 if accumulation == 1 else t2
-        return t2 + (accumulation - 2) * (t3 - t2)
+        return extrapolated_step_s(self._first_steps, accumulation)
 
     def simulate(self, accumulation: int) -> StepResult:
         return simulate_fsdp_step(

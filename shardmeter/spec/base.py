@@ -12,6 +12,8 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Get
 from pydantic.alias_generators import to_camel
 from pydantic_core import CoreSchema, core_schema
 
+from shardmeter.errors import SPEC_ROOTS
+
 
 class SpecModel(BaseModel):
     """Frozen and strict base of every spec (plan files, CLI flags, GPUPool and TrainingPlan
@@ -36,6 +38,9 @@ class SpecModel(BaseModel):
         strict=True,
         allow_inf_nan=False,
     )
+
+
+SPEC_ROOTS.append(SpecModel)  # its subclasses' errors name fields as the user wrote them
 
 
 class SpecEnum(StrEnum):
@@ -119,7 +124,9 @@ def _parse(
             f"unknown unit {unit!r} in {value!r} for {what}; use one of {sorted(units)}"
         )
     scaled = number * units[key]
-    return round(scaled) if integral and abs(scaled - round(scaled)) <= 1e-6 * abs(scaled) else scaled
+    return (
+        round(scaled) if integral and abs(scaled - round(scaled)) <= 1e-6 * abs(scaled) else scaled
+    )
 
 
 def parse_bandwidth(value: Any) -> Any:

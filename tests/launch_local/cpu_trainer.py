@@ -19,7 +19,14 @@ replaces only the device-bound parts:
 * the data-parallel rank and degree come from ``TorchFTManager.get_dp_info`` and the gradient
   accumulation from torchtitan's formula ``global_batch_size // (local_batch_size × dp)``;
 * Streaming DiLoCo is ``maybe_semi_sync_training`` — torchft's ``local_sgd.DiLoCo`` over the
-  fragments of the config's ``fragment_fn`` (torchtitan's ``fragment_llm``).
+  fragments of the config's ``fragment_fn`` (torchtitan's ``fragment_llm``);
+* the metric lines (``step: … loss: … tps: … mfu: …`` every ``--metrics.log_freq`` steps) are
+  printed by torchtitan's own ``MetricsProcessor.log`` from the config's ``metrics`` section,
+  with its token count kept as torchtitan's ``batch_generator`` keeps it (``labels.numel()``
+  per micro-batch) and its FLOPs per token from torchtitan's
+  ``get_dense_model_nparams_and_flops``; only the device-memory monitor (CUDA-only) reads
+  the process's peak RSS instead. The operator's log parser (``shardmeter_operator.logparse``)
+  is tested on these lines.
 
 What is not torchtitan: the model (a Llama-shaped decoder, width 64, with the config's
 vocabulary and layer count and the module names ``fragment_llm`` splits on, using
@@ -27,7 +34,10 @@ vocabulary and layer count and the module names ``fragment_llm`` splits on, usin
 per data-parallel rank, so the loss can fall). Nothing here reads a planned value from
 anywhere but the command line and the environment of the pod.
 
-Every line it prints for the test starts with ``[island]`` and holds ``key=value`` pairs.
+Every line it prints for the test starts with ``[island]`` and holds ``key=value`` pairs
+(``step_end`` carries ``step_s``, the step's own wall time, and ``optimizer_s``, the part of
+it inside ``optimizers.step()`` — AdamW plus DiLoCo's hooks that prepare and sync fragments —
+which the observation tests hold the parsed step times against).
 """
 
 from __future__ import annotations
@@ -35,7 +45,9 @@ from __future__ import annotations
 import logging
 import math
 import os
+import resource
 import sys
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -106,6 +118,50 @@ def token_batches(
         yield seq[:, :-1], seq[:, 1:]
 
 
+class CPUMemoryMonitor:
+    """torchtitan's ``DeviceMemoryMonitor`` interface over this process's peak RSS (its own
+    reads ``torch.cuda``): what ``MetricsProcessor.log`` prints as ``memory:``."""
+
+    def __init__(self) -> None:
+        from torchtitan.components.metrics import DeviceMemStats
+
+        self.stats = DeviceMemStats
+        self.device_name = "cpu"
+        self.device_capacity = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        self.device_capacity_gib = self.device_capacity / 2**30
+
+    def get_peak_stats(self) -> Any:
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+        pct = 100 * peak / self.device_capacity
+        return self.stats(peak / 2**30, pct, peak / 2**30, pct, 0, 0)
+
+    def reset_peak_stats(self) -> None:
+        pass
+
+
+def metrics_processor(config: Any, model: nn.Module, world: int) -> Any:
+    """torchtitan's ``MetricsProcessor``, built from the config's ``metrics`` section as
+    torchtitan's trainer builds it, with the CPU memory monitor."""
+    from torchtitan.components import metrics
+    from torchtitan.distributed import ParallelDims
+    from torchtitan.models.utils import get_dense_model_nparams_and_flops
+
+    metrics.build_device_memory_monitor = CPUMemoryMonitor  # the device-bound part
+    processor = config.metrics.build(
+        parallel_dims=ParallelDims.from_config(config.parallelism, world),
+        dump_folder=config.dump_folder,
+        pp_schedule=config.parallelism.pipeline_parallel_schedule,
+    )
+    _, processor.num_flops_per_token = get_dense_model_nparams_and_flops(
+        model,
+        n_layers=len(model.layers),  # type: ignore[arg-type]
+        n_heads=HEADS,
+        head_dims=2 * (WIDTH // HEADS),
+        seq_len=config.training.seq_len,
+    )
+    return processor
+
+
 def say(**fields: Any) -> None:
     print("[island] " + " ".join(f"{k}={v}" for k, v in fields.items()), flush=True)
 
@@ -113,7 +169,7 @@ def say(**fields: Any) -> None:
 def main(argv: list[str] | None = None) -> int:
     from torchtitan.config import ConfigManager
     from torchtitan.experiments.torchft.manager import maybe_semi_sync_training
-    from torchtitan.tools.logging import init_logger
+    from torchtitan.tools.logging import init_logger, logger
 
     init_logger()  # torchtitan's: root logger at INFO on stdout (torchft's lines included)
     logging.getLogger("torchft").setLevel(logging.INFO)
@@ -164,6 +220,8 @@ def main(argv: list[str] | None = None) -> int:
     optimizers = config.optimizer.build(model_parts=[model], ft_manager=ft_manager)
     schedulers = config.lr_scheduler.build(optimizers=optimizers, training_steps=training.steps)
     data = token_batches(spec.vocab_size, training.seq_len, training.local_batch_size, dp_rank)
+    metrics = metrics_processor(config, model, world)
+    tokens_seen = 0
     manager = ft_manager.manager
     with maybe_semi_sync_training(
         ft,
@@ -177,11 +235,20 @@ def main(argv: list[str] | None = None) -> int:
         for j, fragment in enumerate(fragments):
             names = sorted({n.split(".")[0] for n, _ in fragment._model_fragment.named_modules()})
             say(event="fragment", fragment=j, modules=",".join(n for n in names if n))
+        logger.info("Training starts at step 1")  # torchtitan's line (Trainer.train)
         for step in range(1, training.steps + 1):
             say(event="step_begin", step=step)
+            began = time.perf_counter()
             optimizers.zero_grad()
-            pairs = [next(data) for _ in range(accumulation)]
+            lr = schedulers.schedulers[0].get_last_lr()[0]
+            pairs = []
+            for _ in range(accumulation):  # as torchtitan's batch_generator counts them
+                loading = time.perf_counter()
+                pairs.append(next(data))
+                metrics.ntokens_since_last_log += pairs[-1][1].numel()
+                metrics.data_loading_times.append(time.perf_counter() - loading)
             valid_tokens = sum(labels.numel() for _, labels in pairs)
+            tokens_seen += valid_tokens
             loss_sum = 0.0
             for inputs, labels in pairs:
                 logits = model(inputs)
@@ -193,9 +260,17 @@ def main(argv: list[str] | None = None) -> int:
                 say(
                     event="micro_batch", step=step, sequences=inputs.shape[0], tokens=inputs.numel()
                 )
-            torch.nn.utils.clip_grad_norm_(model.parameters(), training.max_norm)
+            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), training.max_norm)
+            stepping = time.perf_counter()
             optimizers.step()  # DiLoCo's post-step hook prepares/syncs fragments here
+            optimizer_s = time.perf_counter() - stepping
             schedulers.step()
+            step_s = time.perf_counter() - began
+            if metrics.should_log(step):  # torchtitan's own metric line
+                loss = loss_sum / valid_tokens
+                metrics.log(
+                    step, loss, loss, grad_norm.item(), {"n_tokens_seen": tokens_seen, "lr": lr}
+                )
             say(
                 event="step_end",
                 step=step,
@@ -203,6 +278,8 @@ def main(argv: list[str] | None = None) -> int:
                 tokens=valid_tokens,
                 manager_step=manager.current_step(),
                 participants=manager.num_participants() if manager.current_step() else 0,
+                step_s=f"{step_s:.6f}",
+                optimizer_s=f"{optimizer_s:.6f}",
             )
     manager.shutdown(wait=False)
     dist.destroy_process_group()
