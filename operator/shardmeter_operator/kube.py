@@ -25,10 +25,12 @@ def load_configuration(kubeconfig: str | None = None) -> kubernetes.client.Confi
     (``kubeconfig`` argument, then $KUBECONFIG, then ~/.kube/config) — read at call time."""
     cfg = kubernetes.client.Configuration()
     if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
-        kubernetes.config.load_incluster_config(client_configuration=cfg)
+        kubernetes.config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]  # kubernetes' config loaders are unannotated
     else:
         path = kubeconfig or os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
-        kubernetes.config.load_kube_config(config_file=path, client_configuration=cfg)
+        kubernetes.config.load_kube_config(  # type: ignore[no-untyped-call]  # unannotated
+            config_file=path, client_configuration=cfg
+        )
     return cfg
 
 
@@ -110,7 +112,8 @@ class Kube:
         return getattr(kubernetes.client, kind.api)(self.client), kind
 
     def _plain(self, obj: Any) -> Manifest:
-        return dict(self.client.sanitize_for_serialization(obj))
+        # the generated ApiClient is unannotated
+        return dict(self.client.sanitize_for_serialization(obj))  # type: ignore[no-untyped-call]
 
     async def create(self, manifest: Manifest) -> tuple[Manifest, bool]:
         """Create ``manifest``; if it exists, return the existing object. (obj, created)"""
@@ -382,7 +385,7 @@ class Kube:
             response.shutdown()
 
     def close(self) -> None:
-        self.client.close()
+        self.client.close()  # type: ignore[no-untyped-call]  # the generated ApiClient is unannotated
 
 
 class LogUnavailableError(Exception):

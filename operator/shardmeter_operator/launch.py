@@ -43,13 +43,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from shardmeter_operator.planning import revision
 from shardmeter_operator.resources import (
     DiLoCoSettings,
     IslandState,
     IslandStatus,
     TrainingPlanPhase,
 )
+from shardmeter_operator.revisions import revision
 
 Manifest = dict[str, Any]
 ISLAND_SHAPE = {

@@ -2,6 +2,9 @@
 — and how the plan follows it. The launch state machine (:mod:`shardmeter_operator.launch`)
 calls in at three points:
 
+Everything here is pure: the acting layer (:mod:`shardmeter_operator.trainingplan`) reads the
+:class:`ClusterFacts` and the Kueue Workloads first.
+
 1. **Deciding** (:func:`decide_workload`, before the decision is recorded): ``spec.workload``
    or, unset, JobSet when the cluster serves ``jobset.x-k8s.io/v1alpha2`` (its CRD is
    installed), else Job; ``spec.queueName`` must name a LocalQueue of the namespace; the
@@ -24,6 +27,7 @@ name is ``status.islands[].name`` in both.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from shardmeter.errors import SpecError
@@ -31,10 +35,9 @@ from shardmeter_operator import kueue
 from shardmeter_operator import workload_jobset as jobsets
 from shardmeter_operator.conditions import Reason, Type, get_condition, set_condition
 from shardmeter_operator.errors import FlavorError, QueueNotFoundError, WorkloadUnavailableError
-from shardmeter_operator.kube import Kube
 from shardmeter_operator.launch import follow_islands
 from shardmeter_operator.manifests import PLAN_REVISION_LABEL
-from shardmeter_operator.plancontext import PlanContext, PlanResult
+from shardmeter_operator.plancontext import PlanResult, PoolView
 from shardmeter_operator.resources import (
     GPUPoolSpec,
     IslandState,
@@ -46,26 +49,32 @@ from shardmeter_operator.resources import (
 from shardmeter_operator.runtime_manifests import launchable_run, refuse_launch
 
 Manifest = dict[str, Any]
-CRD_API_VERSION = "apiextensions.k8s.io/v1"
 
 
-async def serves(kube: Kube, crd: str, version: str) -> bool:
-    """Whether the CRD ``crd`` is installed and serves ``version``."""
-    obj = await kube.get(CRD_API_VERSION, "CustomResourceDefinition", None, crd)
-    versions = ((obj or {}).get("spec") or {}).get("versions") or []
-    return any(v.get("name") == version and v.get("served", True) for v in versions)
+@dataclass(frozen=True)
+class ClusterFacts:
+    """What deciding (or rendering) a launch's workload reads from the cluster."""
+
+    jobset_served: bool = False
+    """The JobSet CRD is installed and serves ``jobset.x-k8s.io/v1alpha2``."""
+    kueue_served: bool = False
+    """Kueue's LocalQueue and Workload CRDs are installed and served."""
+    queue_exists: bool = False
+    """``spec.queueName`` names a LocalQueue of the plan's namespace."""
+    flavors: Mapping[str, Manifest | None] = field(default_factory=dict)
+    """ResourceFlavor name → the object (None: it does not exist), for the pools' flavors."""
 
 
-async def decide_workload(
+def decide_workload(
     spec: TrainingPlanSpec,
     islands: Sequence[IslandStatus],
     pools: Mapping[str, GPUPoolSpec],
     namespace: str,
-    kube: Kube,
+    cluster: ClusterFacts,
 ) -> WorkloadKind:
     """The workload the launch of ``islands`` creates. Raises a SpecError naming the field
     (WorkloadUnavailableError, QueueNotFoundError, FlavorError) when it cannot be created."""
-    served = await serves(kube, jobsets.CRD_NAME, jobsets.VERSION)
+    served = cluster.jobset_served
     kind = spec.workload or (WorkloadKind.JOBSET if served else WorkloadKind.JOB)
     if kind is WorkloadKind.JOBSET and not served:
         raise WorkloadUnavailableError(
@@ -82,8 +91,8 @@ async def decide_workload(
             "plan's islands: set workload: JobSet (install JobSet) or maxRestarts: 0",
         )
     if spec.queue_name:
-        await _check_queue(spec.queue_name, namespace, kube)
-        await rendered_pools(used_pools(pools, islands), spec.queue_name, kube)
+        _check_queue(spec.queue_name, namespace, cluster)
+        rendered_pools(used_pools(pools, islands), spec.queue_name, cluster.flavors)
         groups = len(jobsets.island_groups(islands))
         if kind is WorkloadKind.JOBSET and groups > kueue.MAX_POD_SETS:
             raise WorkloadUnavailableError(
@@ -102,16 +111,14 @@ def used_pools(
     return {name: pools[name] for name in sorted({i.pool for i in islands})}
 
 
-async def _check_queue(queue: str, namespace: str, kube: Kube) -> None:
-    if not await serves(kube, kueue.LOCAL_QUEUES_CRD, kueue.VERSION) or not await serves(
-        kube, kueue.WORKLOADS_CRD, kueue.VERSION
-    ):
+def _check_queue(queue: str, namespace: str, cluster: ClusterFacts) -> None:
+    if not cluster.kueue_served:
         raise QueueNotFoundError(
             "spec.queueName",
             f"is {queue}, but the cluster does not serve {kueue.API_VERSION} LocalQueues and "
             "Workloads (Kueue is not installed): install Kueue or remove queueName",
         )
-    if await kube.get(kueue.API_VERSION, "LocalQueue", namespace, queue) is None:
+    if not cluster.queue_exists:
         raise QueueNotFoundError(
             "spec.queueName",
             f"names LocalQueue {queue}, which does not exist in namespace {namespace}: create "
@@ -119,19 +126,19 @@ async def _check_queue(queue: str, namespace: str, kube: Kube) -> None:
         )
 
 
-async def rendered_pools(
-    pools: Mapping[str, GPUPoolSpec], queue: str, kube: Kube
+def rendered_pools(
+    pools: Mapping[str, GPUPoolSpec], queue: str, flavors: Mapping[str, Manifest | None]
 ) -> dict[str, GPUPoolSpec]:
     """The pools as their islands are rendered: with a queue, each Kueue flavor's nodeLabels
     merged into the pool's node selector. Raises FlavorError for a flavor Kueue could never
-    assign."""
+    assign. ``flavors``: ResourceFlavor name → the object (None or absent: it does not exist)."""
     out = dict(pools)
     if not queue:
         return out
     for name, spec in pools.items():
         if spec.kueue is None:
             continue
-        flavor = await kube.get(kueue.API_VERSION, "ResourceFlavor", None, spec.kueue.flavor)
+        flavor = flavors.get(spec.kueue.flavor)
         problem = kueue.flavor_problem(name, spec, flavor)
         if problem:
             raise FlavorError("spec.pools", problem)
@@ -192,9 +199,12 @@ def island_states(
     ]
 
 
-def _owners(st: TrainingPlanStatus, current: Sequence[Manifest]) -> list[tuple[str, str]]:
-    """(description, UID) of what was submitted to Kueue: the JobSet, or each island Job."""
-    assert st.launch is not None
+def workload_owners(st: TrainingPlanStatus, children: Sequence[Manifest]) -> list[tuple[str, str]]:
+    """(description, UID) of what the launch submitted to Kueue: the JobSet, or each island
+    Job (none before the launch is complete or without a queue)."""
+    if st.launch is None or not st.launch.complete or not st.launch.queue_name:
+        return []
+    current = _current(st, children)
     if st.launch.workload is WorkloadKind.JOBSET:
         js = _jobset(current)
         return [] if js is None else [(f"JobSet {st.launch.job_set}", js["metadata"]["uid"])]
@@ -206,15 +216,16 @@ def _owners(st: TrainingPlanStatus, current: Sequence[Manifest]) -> list[tuple[s
     ]
 
 
-async def follow_workload(
-    namespace: str,
+def follow_workload(
     generation: int,
     children: Sequence[Manifest],
-    ctx: PlanContext,
+    workloads: Sequence[Manifest],
+    pools: Mapping[str, PoolView],
     out: PlanResult,
 ) -> str:
     """JobSet restarts and, with a queue, Kueue's admission of the launch's workload into the
-    plan's status; returns why the islands still wait in the queue ("" when they do not)."""
+    plan's status; returns why the islands still wait in the queue ("" when they do not).
+    ``workloads``: Kueue's Workloads of :func:`workload_owners`."""
     st = out.status
     if st.launch is None or not st.launch.complete:
         return ""
@@ -234,13 +245,11 @@ async def follow_workload(
     queue = st.launch.queue_name
     if not queue:
         return ""
-    owners = _owners(st, current)
-    workloads: dict[str, Manifest] = {}
-    if owners:
-        selector = f"{kueue.JOB_UID_LABEL} in ({','.join(uid for _, uid in owners)})"
-        for wl in await ctx.kube.list(kueue.API_VERSION, "Workload", namespace, selector):
-            workloads[str((wl["metadata"].get("labels") or {}).get(kueue.JOB_UID_LABEL))] = wl
-    verdict = kueue.admission(queue, owners or [(f"JobSet {st.launch.job_set}", "")], workloads)
+    owners = workload_owners(st, children)
+    by_owner = {
+        str((wl["metadata"].get("labels") or {}).get(kueue.JOB_UID_LABEL)): wl for wl in workloads
+    }
+    verdict = kueue.admission(queue, owners or [(f"JobSet {st.launch.job_set}", "")], by_owner)
     before = get_condition(st.conditions, Type.ADMITTED)
     for type_, v in (
         (Type.QUOTA_RESERVED, verdict.quota_reserved),
@@ -257,12 +266,12 @@ async def follow_workload(
     elif was and not verdict.admitted.status:
         out.events.append(("Warning", verdict.admitted.reason, verdict.admitted.message))
     if verdict.admitted.status and not was:
-        out.events += _flavor_mismatches(st, verdict.flavors, ctx)
+        out.events += _flavor_mismatches(st, verdict.flavors, pools)
     return verdict.waiting
 
 
 def _flavor_mismatches(
-    st: TrainingPlanStatus, assigned: Mapping[str, str], ctx: PlanContext
+    st: TrainingPlanStatus, assigned: Mapping[str, str], pools: Mapping[str, PoolView]
 ) -> list[tuple[str, str, str]]:
     """Warnings for replicated Jobs admitted on another flavor than their pool declares."""
     assert st.launch is not None
@@ -271,7 +280,7 @@ def _flavor_mismatches(
     events = []
     for g in jobsets.island_groups(st.islands):
         pool = st.islands[g.first].pool
-        view = ctx.pools.get(pool)
+        view = pools.get(pool)
         declared = ((view.spec if view else {}).get("kueue") or {}).get("flavor")
         got = assigned.get(g.name)
         if declared and got and got != declared:
@@ -288,29 +297,31 @@ def _flavor_mismatches(
 
 
 # ---- the decision -----------------------------------------------------------------------------
-async def decide_launch(
+def decide_launch(
     name: str,
     namespace: str,
     spec: TrainingPlanSpec,
     pools: Mapping[str, GPUPoolSpec],
-    ctx: PlanContext,
+    cluster: ClusterFacts,
+    recheck_s: float,
     out: PlanResult,
     generation: int,
 ) -> WorkloadKind | None:
     """Check that the planned islands can be launched — torchtitan-FT runs them as planned
     (:func:`runtime_manifests.launchable_run`), the workload can be created — and name them
-    after their Jobs. None (with ``Valid=False`` naming the field, and a recheck when the fix
-    lies in another object) when they cannot: nothing is recorded or created."""
+    after their Jobs. None (with ``Valid=False`` naming the field, and a recheck in
+    ``recheck_s`` when the fix lies in another object) when they cannot: nothing is recorded
+    or created."""
     st = out.status
     try:
         launchable_run(spec, st, namespace, WorkloadKind.JOBSET)  # the plan itself
-        kind = await decide_workload(spec, st.islands, pools, namespace, ctx.kube)
+        kind = decide_workload(spec, st.islands, pools, namespace, cluster)
         launchable_run(spec, st, namespace, kind)  # plain Jobs: one DNS search per island
     except SpecError as exc:
         event = refuse_launch(st, exc, generation, out.previous)
         out.events += [event] if event else []
         if isinstance(exc, WorkloadUnavailableError | QueueNotFoundError | FlavorError):
-            out.requeue_within(ctx.cfg.recheck_interval_s)  # installed or created elsewhere
+            out.requeue_within(recheck_s)  # installed or created elsewhere
         return None
     st.islands = launch_islands(name, st.islands, kind)
     st.restarts = 0  # a new launch: no JobSet has restarted it yet
