@@ -12,11 +12,11 @@ import time
 from collections.abc import Callable
 
 from shardmeter.cost.model import CostModel
-from shardmeter.sim.diloco import IslandSteps, StreamingSettings, simulate_diloco
+from shardmeter.sim.diloco import IslandSteps, simulate_diloco
 from shardmeter.sim.fsdp import FSDPDurations, simulate_fsdp_step
 from shardmeter.spec.hardware import PoolSpec
 from shardmeter.spec.model import MODEL_PRESETS
-from shardmeter.spec.training import TrainingSpec
+from shardmeter.spec.training import StreamingSettings, TrainingSpec
 
 
 def median_ms(fn: Callable[[], object], repeats: int) -> tuple[float, float, float]:
@@ -46,7 +46,7 @@ def main() -> None:
         f"(min {lo:.2f}, max {hi:.2f}; target ≤ 5 ms)"
     )
     islands = [IslandSteps(f"island{i}", 1.0 + 0.01 * i, (0.01,) * 4) for i in range(10)]
-    settings = StreamingSettings(sync_every=100, fragments=4, delay=10)
+    settings = StreamingSettings(sync_every=100, fragments=4, fragment_sync_delay=10)
     med, lo, hi = median_ms(lambda: simulate_diloco(islands, settings, [5.0] * 4, rounds=10), 5)
     print(
         f"Streaming DiLoCo, 10 islands × 1,000 inner steps (with the no-communication baseline): "

@@ -143,7 +143,9 @@ def _outer_overhead(spec: PlanSpec, used: list[Option], step_s: float) -> float:
         h = fixed_h or choose_blocking_sync_every(step_s, ar, max_sync_every=strat.max_sync_every)
         return (ar + outer_s) / h
     fixed_f = strat.fragments if isinstance(strat.fragments, int) else None
-    fixed_tau = strat.fragment_sync_delay if isinstance(strat.fragment_sync_delay, int) else None
+    fixed_fragment_sync_delay = (
+        strat.fragment_sync_delay if isinstance(strat.fragment_sync_delay, int) else None
+    )
     try:
         if fixed_h is not None:
             choice = search_settings(
@@ -152,8 +154,8 @@ def _outer_overhead(spec: PlanSpec, used: list[Option], step_s: float) -> float:
                 all_reduce,
                 spec.model.num_layers,
                 fixed_f,
-                fixed_tau,
-                max_delay=strat.max_fragment_sync_delay,
+                fixed_fragment_sync_delay,
+                max_fragment_sync_delay=strat.max_fragment_sync_delay,
             )
         else:
             choice = choose_sync_every(
@@ -161,9 +163,9 @@ def _outer_overhead(spec: PlanSpec, used: list[Option], step_s: float) -> float:
                 all_reduce,
                 spec.model.num_layers,
                 fixed_f,
-                fixed_tau,
+                fixed_fragment_sync_delay,
                 max_sync_every=strat.max_sync_every,
-                max_delay=strat.max_fragment_sync_delay,
+                max_fragment_sync_delay=strat.max_fragment_sync_delay,
                 outer_step_s=outer_s,
             )
     except ValueError:

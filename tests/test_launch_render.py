@@ -40,14 +40,16 @@ def island(i: int, *, micro: int = 2, accumulation: int = 2, nodes: int = 1) -> 
     }
 
 
-def status(*islands: dict[str, Any], sync: int = 10, fragments: int = 2, delay: int = 1) -> Any:
+def status(
+    *islands: dict[str, Any], sync: int = 10, fragments: int = 2, fragment_sync_delay: int = 1
+) -> Any:
     return {
         "plan": "test",
         "islands": list(islands),
         "streamingDiLoCo": {
             "syncEvery": sync,
             "fragments": fragments,
-            "fragmentSyncDelay": delay,
+            "fragmentSyncDelay": fragment_sync_delay,
         },
         "predictions": {
             "stepSeconds": 3.0,

@@ -134,12 +134,12 @@ async def test_benchmark_adoption_reevaluates_launched_plan(tmp_path: Path) -> N
             if labels[:2] == ("default", "llama-8b-case-study")
         ]
         assert len(series) == 1
-        _, _, sync_every, fragments, delay = series[0]
+        _, _, sync_every, fragments, fragment_sync_delay = series[0]
         assert (
-            f"fragments {fragments}, fragmentSyncDelay {delay} at syncEvery {sync_every}"
+            f"fragments {fragments}, fragmentSyncDelay {fragment_sync_delay} at syncEvery {sync_every}"
             in (blocking["message"])
         )
-        assert (int(sync_every), int(fragments), int(delay)) != (
+        assert (int(sync_every), int(fragments), int(fragment_sync_delay)) != (
             in_use["syncEvery"],
             in_use["fragments"],
             in_use["fragmentSyncDelay"],

@@ -58,7 +58,10 @@ def test_slower_wan_blocks_and_recommends() -> None:
     assert ev.blocking_s_per_outer_step > 0
     assert ev.tokens_per_s < c.tokens_per_s  # type: ignore[attr-defined]
     rec = ev.recommended
-    assert rec is not None and (rec.fragments, rec.delay) != (c.fragments, c.fragment_sync_delay)  # type: ignore[attr-defined]
+    assert rec is not None and (rec.fragments, rec.fragment_sync_delay) != (
+        c.fragments,
+        c.fragment_sync_delay,
+    )  # type: ignore[attr-defined]
 
 
 def test_the_plan_the_old_greedy_never_scored_is_found() -> None:

@@ -78,16 +78,20 @@ def test_scalar_rule_never_exceeds_the_guard_rails() -> None:
     def ar(f: int) -> list[float]:
         return [3.0 / f] * f
 
-    c = choose_sync_every(0.1, ar, 32, max_sync_every=500, max_delay=5)
-    assert c.zero_blocking and c.delay <= 5 and c.sync_every <= 500
-    assert (c.sync_every, c.fragments, c.delay) == (50, 10, 3)
-    blocked = choose_sync_every(0.1, ar, 32, max_sync_every=20, max_delay=2, outer_step_s=0.5)
-    assert not blocked.zero_blocking and blocked.sync_every <= 20 and blocked.delay <= 2
+    c = choose_sync_every(0.1, ar, 32, max_sync_every=500, max_fragment_sync_delay=5)
+    assert c.zero_blocking and c.fragment_sync_delay <= 5 and c.sync_every <= 500
+    assert (c.sync_every, c.fragments, c.fragment_sync_delay) == (50, 10, 3)
+    blocked = choose_sync_every(
+        0.1, ar, 32, max_sync_every=20, max_fragment_sync_delay=2, outer_step_s=0.5
+    )
+    assert (
+        not blocked.zero_blocking and blocked.sync_every <= 20 and blocked.fragment_sync_delay <= 2
+    )
     # the hint keeps τ ≤ 2: 3 s / F ≤ 0.2 s needs F ≥ 15 and a window H/F > 2: F = 20 at H = 100
     assert blocked.sync_every_for_zero_blocking == 100
     assert "syncEvery ≥ 100 would allow zero blocking with fragmentSyncDelay ≤ 2" in blocked.reason
-    fixed = search_settings(20, 0.1, ar, 32, max_delay=2)
-    assert fixed.delay <= 2
+    fixed = search_settings(20, 0.1, ar, 32, max_fragment_sync_delay=2)
+    assert fixed.fragment_sync_delay <= 2
 
 
 @settings(max_examples=200, deadline=None, derandomize=True, database=None)
@@ -99,7 +103,7 @@ def test_scalar_rule_never_exceeds_the_guard_rails() -> None:
     st.integers(0, 6),
 )
 def test_effective_step_never_falls_when_the_inner_step_grows(
-    weights: list[float], step_s: float, outer_s: float, max_h: int, max_tau: int
+    weights: list[float], step_s: float, outer_s: float, max_h: int, max_fragment_sync_delay: int
 ) -> None:
     """What makes minimising the inner step exact: T + (blocking + outer step)/H is
     non-decreasing in T under the settings rule."""
@@ -110,7 +114,12 @@ def test_effective_step_never_falls_when_the_inner_step_grows(
 
     def effective(t: float) -> float:
         c = choose_sync_every(
-            t, ar, 8, max_sync_every=max_h, max_delay=max_tau, outer_step_s=outer_s
+            t,
+            ar,
+            8,
+            max_sync_every=max_h,
+            max_fragment_sync_delay=max_fragment_sync_delay,
+            outer_step_s=outer_s,
         )
         return t + (c.blocking_s_per_outer_step + outer_s) / c.sync_every
 
@@ -135,13 +144,13 @@ def _scalar(
         all_reduce,
         spec.model.num_layers,
         max_sync_every=strat.max_sync_every,
-        max_delay=strat.max_fragment_sync_delay,
+        max_fragment_sync_delay=strat.max_fragment_sync_delay,
         outer_step_s=outer_s,
     )
     return (
         c.sync_every,
         c.fragments,
-        c.delay,
+        c.fragment_sync_delay,
         (c.blocking_s_per_outer_step + outer_s) / c.sync_every,
     )
 
@@ -173,8 +182,12 @@ def test_vectorised_settings_equal_the_scalar_rule(wan: str, max_h: int) -> None
             np.array([outer_s]),
             np.array([step]),
         )
-        h, f, tau, overhead = _scalar(spec, ctxs, used, k, ranks, step)
-        assert (int(got.sync_every[0]), int(got.fragments[0]), int(got.delay[0])) == (h, f, tau)
+        h, f, fragment_sync_delay, overhead = _scalar(spec, ctxs, used, k, ranks, step)
+        assert (int(got.sync_every[0]), int(got.fragments[0]), int(got.fragment_sync_delay[0])) == (
+            h,
+            f,
+            fragment_sync_delay,
+        )
         assert math.isclose(float(got.overhead_s[0]), overhead, rel_tol=1e-9)
 
 

@@ -9,14 +9,14 @@ from hypothesis import strategies as st
 
 from shardmeter.cost.model import CostModel
 from shardmeter.errors import SpecError
-from shardmeter.sim.diloco import IslandSteps, StreamingSettings, fragment_params, simulate_diloco
+from shardmeter.sim.diloco import IslandSteps, fragment_params, simulate_diloco
 from shardmeter.sim.engine import Kind
 from shardmeter.sim.outer import IslandPlacement, outer_link, wan_link
 from shardmeter.sim.scenario import DiLoCoIsland, IslandShape, resolve_settings, simulate_islands
 from shardmeter.sim.settings import closed_form_blocking, search_settings
 from shardmeter.spec.hardware import LINK_PRESETS, PoolSpec
 from shardmeter.spec.model import MODEL_PRESETS
-from shardmeter.spec.training import StrategySpec, TrainingSpec
+from shardmeter.spec.training import StrategySpec, StreamingSettings, TrainingSpec
 
 
 def islands(n: int, step_s: float, fragments: int, outer_s: float = 0.0) -> list[IslandSteps]:
@@ -43,7 +43,7 @@ def test_blocking_diloco_two_unequal_islands() -> None:
 # Fig. 6 in miniature: two islands, 1 s inner steps, the full model's all_reduce takes
 # `full` seconds, so each of F fragments takes full / F.
 @pytest.mark.parametrize(
-    ("case", "full", "h", "f", "tau", "blocking"),
+    ("case", "full", "h", "f", "fragment_sync_delay", "blocking"),
     [
         ("A fast link: no blocking", 1.0, 4, 2, 1, 0.0),
         ("B slow link blocks", 3.0, 4, 2, 1, 1.0),  # 2 × (1.5 − 1)
@@ -53,9 +53,11 @@ def test_blocking_diloco_two_unequal_islands() -> None:
     ],
 )
 def test_fig6_configurations(
-    case: str, full: float, h: int, f: int, tau: int, blocking: float
+    case: str, full: float, h: int, f: int, fragment_sync_delay: int, blocking: float
 ) -> None:
-    r = simulate_diloco(islands(2, 1.0, f), StreamingSettings(h, f, tau), [full / f] * f)
+    r = simulate_diloco(
+        islands(2, 1.0, f), StreamingSettings(h, f, fragment_sync_delay), [full / f] * f
+    )
     assert r.blocking_s_per_outer_step == pytest.approx(blocking), case
     assert r.period_s == pytest.approx(h * 1.0 + blocking), case
     assert (r.slowdown > 0) == (blocking > 0)
@@ -67,13 +69,13 @@ def test_simulation_matches_closed_form_with_one_fragment_in_flight(
 ) -> None:
     h, f = hf
     window = h // f
-    tau = data.draw(st.integers(0, window - 1))
+    fragment_sync_delay = data.draw(st.integers(0, window - 1))
     ar = data.draw(st.floats(0, 0.99 * window * step))  # ≤ one window: one all_reduce in flight
-    r = simulate_diloco(islands(3, step, f), StreamingSettings(h, f, tau), [ar] * f)
+    r = simulate_diloco(islands(3, step, f), StreamingSettings(h, f, fragment_sync_delay), [ar] * f)
     # the simulator counts idle below 1e-9 of an island's busy time (≤ 60 s here) as float
     # noise, so a closed-form blocking of a few nanoseconds may read as 0
     assert r.blocking_s_per_outer_step == pytest.approx(
-        closed_form_blocking([ar] * f, step, tau), abs=1e-7
+        closed_form_blocking([ar] * f, step, fragment_sync_delay), abs=1e-7
     )
 
 
@@ -101,13 +103,13 @@ def test_settings_search_fewest_fragments_then_shortest_delay() -> None:
         return [3.0 / f] * f
 
     c = search_settings(8, 1.0, ar, max_fragments=32)
-    assert (c.fragments, c.delay, c.zero_blocking) == (1, 3, True)
+    assert (c.fragments, c.fragment_sync_delay, c.zero_blocking) == (1, 3, True)
     # H = 2: F=1 would need τ=3 ≥ 2; F=2 (1.5 s each) needs τ=2 ≥ W=1 → impossible at H=2
     c = search_settings(2, 1.0, ar, max_fragments=32, candidates=(2, 4, 10))
     assert not c.zero_blocking and c.sync_every_for_zero_blocking == 4
     assert c.blocking_s_per_outer_step == pytest.approx(2.0)  # F=1, τ=1 hides 1 s of 3
     fixed = search_settings(8, 1.0, ar, max_fragments=32, fragments=2)
-    assert (fixed.fragments, fixed.delay) == (2, 2)
+    assert (fixed.fragments, fixed.fragment_sync_delay) == (2, 2)
 
 
 def test_resolve_settings_from_cost_models_and_wan() -> None:

@@ -221,15 +221,7 @@ def _reevaluate(inputs: PlanInputs, ok: Validated, out: PlanResult) -> None:
     ev = reevaluate(ok.request, docs, st.islands, st.streaming_di_lo_co, st.predictions)
     st.predictions = out.gauges.predictions = ev.predictions
     rec = ev.recommendation
-    settings = (
-        DiLoCoSettings(
-            sync_every=rec.sync_every,
-            fragments=rec.fragments,
-            fragment_sync_delay=rec.fragment_sync_delay,
-        )
-        if rec is not None
-        else None
-    )
+    settings = DiLoCoSettings.of(rec.choice.settings) if rec is not None else None
     was = get_condition(st.conditions, Type.OUTER_STEP_BLOCKING)
     blocking(out, ok, ev.blocking_s, rec.text if rec else "", inputs.generation, settings)
     now = get_condition(st.conditions, Type.OUTER_STEP_BLOCKING)

@@ -176,7 +176,7 @@ def _recheck(
     if blocks(blocking):
         choice = search_settings(settings.sync_every, step_s, all_reduce, request.model.num_layers)
         text = (
-            f"fragments {choice.fragments}, fragmentSyncDelay {choice.delay} at syncEvery "
+            f"fragments {choice.fragments}, fragmentSyncDelay {choice.fragment_sync_delay} at syncEvery "
             f"{choice.sync_every}"
         )
         if not choice.zero_blocking:
@@ -189,7 +189,7 @@ def _recheck(
         recommended = ObservedRecommendation(
             sync_every=choice.sync_every,
             fragments=choice.fragments,
-            fragment_sync_delay=choice.delay,
+            fragment_sync_delay=choice.fragment_sync_delay,
             zero_blocking=choice.zero_blocking,
             text=text,
         )

@@ -18,6 +18,7 @@ from shardmeter.plan.result import build_result
 from shardmeter.plan.schema import PlanPool, PlanSpec
 from shardmeter.plan.search import search
 from shardmeter.sim.bottleneck import Bottleneck, blocks
+from shardmeter.sim.settings import SettingsChoice
 from shardmeter_operator.errors import PoolInvalidError, PoolNotFoundError
 from shardmeter_operator.manifests import island_job_name
 from shardmeter_operator.resources import (
@@ -110,15 +111,7 @@ def plan_outcome(
                 )
             )
     blocking = d.diloco.blocking_s_per_outer_step if d.diloco is not None else 0.0
-    settings = (
-        DiLoCoSettings(
-            sync_every=c.sync_every,
-            fragments=c.fragments,
-            fragment_sync_delay=c.fragment_sync_delay,
-        )
-        if request.strategy.is_diloco
-        else None
-    )
+    settings = DiLoCoSettings.of(c.settings) if request.strategy.is_diloco else None
     predictions = Predictions(
         step_seconds=round(c.step_s, 6),
         tokens_per_second=round(c.tokens_per_s, 3),
@@ -153,10 +146,7 @@ def plan_outcome(
 class Recommendation:
     """Streaming DiLoCo settings for the islands in use that block less (or not at all)."""
 
-    sync_every: int
-    fragments: int
-    fragment_sync_delay: int
-    zero_blocking: bool
+    choice: SettingsChoice
     text: str
 
 
@@ -186,13 +176,13 @@ def reevaluate(
     rec = None
     if blocks(ev.blocking_s_per_outer_step) and ev.recommended is not None:
         r = ev.recommended
-        text = f"fragments {r.fragments}, fragmentSyncDelay {r.delay} at syncEvery {r.sync_every}"
+        text = f"fragments {r.fragments}, fragmentSyncDelay {r.fragment_sync_delay} at syncEvery {r.sync_every}"
         if not r.zero_blocking:
             text += (
                 f" (still {r.blocking_s_per_outer_step:.3g} s blocking; "
                 f"syncEvery ≥ {r.sync_every_for_zero_blocking} would hide it)"
             )
-        rec = Recommendation(r.sync_every, r.fragments, r.delay, r.zero_blocking, text)
+        rec = Recommendation(r, text)
     bottleneck = (
         Bottleneck.OUTER_STEP
         if blocks(ev.blocking_s_per_outer_step)

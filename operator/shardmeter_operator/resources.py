@@ -20,6 +20,7 @@ from pydantic.alias_generators import to_camel
 from shardmeter.plan.schema import PlanRequest
 from shardmeter.spec.base import SpecEnum, SpecModel
 from shardmeter.spec.hardware import PoolHardware
+from shardmeter.spec.training import StreamingSettings
 from shardmeter_operator.observed_status import (
     IslandObservation,
     ObserveSpec,
@@ -306,9 +307,19 @@ class LaunchRecord(_Status):
 
 
 class DiLoCoSettings(_Status):
+    """Streaming DiLoCo settings as the status shows them (`StreamingSettings` in the model)."""
+
     sync_every: int
     fragments: int
     fragment_sync_delay: int
+
+    @classmethod
+    def of(cls, settings: StreamingSettings) -> DiLoCoSettings:
+        return cls(
+            sync_every=settings.sync_every,
+            fragments=settings.fragments,
+            fragment_sync_delay=settings.fragment_sync_delay,
+        )
 
 
 class Predictions(_Status):

@@ -20,6 +20,7 @@ from shardmeter.errors import SpecError
 from shardmeter.output import format as fmt
 from shardmeter.output.sim_plots import SweepPoint, plot_batch_sweep, plot_timeline
 from shardmeter.output.trace import write_trace
+from shardmeter.sim.bottleneck import Bottleneck, blocks
 from shardmeter.sim.diloco import (
     DEFAULT_ROUNDS,
     MAX_ROUNDS,
@@ -238,14 +239,14 @@ def _diloco_dict(res: DiLoCoResult, choice: SettingsChoice | None, link: str) ->
     out: dict[str, Any] = {
         "sync_every": s.sync_every,
         "fragments": s.fragments,
-        "fragment_sync_delay": s.delay,
+        "fragment_sync_delay": s.fragment_sync_delay,
         "outer_link": link,
         "fragment_all_reduce_s": list(res.fragment_all_reduce_s),
         "period_s": res.period_s,
         "blocking_s_per_outer_step": res.blocking_s_per_outer_step,
         "island_idle_s_per_outer_step": list(res.island_idle_s_per_outer_step),
         "slowdown": res.slowdown,
-        "bottleneck": "outer-step-bound" if res.blocking_s_per_outer_step > 1e-9 else None,
+        "bottleneck": Bottleneck.OUTER_STEP if blocks(res.blocking_s_per_outer_step) else None,
     }
     if choice is not None:
         out["zero_blocking_possible"] = choice.zero_blocking

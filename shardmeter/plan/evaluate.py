@@ -58,7 +58,7 @@ class Evaluation:
     mfu: FloatArray
     sync_every: IntArray
     fragments: IntArray
-    delay: IntArray
+    fragment_sync_delay: IntArray
     blocking_s: FloatArray
     """Outer-step blocking per outer step (closed form)."""
     zero_blocking: BoolArray
@@ -209,7 +209,7 @@ class Evaluator:
             mfu=mfu,
             sync_every=o.sync_every,
             fragments=o.fragments,
-            delay=o.delay,
+            fragment_sync_delay=o.fragment_sync_delay,
             blocking_s=o.blocking_s,
             zero_blocking=o.zero_blocking,
         )

@@ -47,7 +47,7 @@ def evaluate_fixed(
     groups: Sequence[IslandGroup],
     sync_every: int = 1,
     fragments: int = 1,
-    delay: int = 0,
+    fragment_sync_delay: int = 0,
 ) -> FixedEvaluation:
     pools = {p.name: p for p in spec.pools}
     t = spec.training
@@ -73,7 +73,9 @@ def evaluate_fixed(
     eff, blocking, recommended, diloco = slowest, 0.0, None, None
     if spec.strategy.is_diloco:
         link = outer_link(placements)
-        choice = SettingsChoice(sync_every, fragments, delay, 0.0, True, None, "fixed")
+        choice = SettingsChoice(
+            sync_every, fragments, fragment_sync_delay, 0.0, True, None, "fixed"
+        )
         outcome = simulate_islands(spec.model, spec.strategy, islands, link, choice)
         diloco = outcome.result
         blocking = diloco.blocking_s_per_outer_step
@@ -87,7 +89,7 @@ def evaluate_fixed(
             slowest,
             all_reduce,
             spec.model.num_layers,
-            max_delay=spec.strategy.max_fragment_sync_delay,
+            max_fragment_sync_delay=spec.strategy.max_fragment_sync_delay,
         )
     tokens_per_s = t.global_batch_tokens / eff
     hours = t.total_tokens / tokens_per_s / 3600

@@ -19,13 +19,10 @@ import numpy.typing as npt
 from shardmeter.cost.priors import LINK_EFFICIENCY_BY_KIND
 from shardmeter.plan.options import PoolContext
 from shardmeter.plan.schema import PlanSpec
+from shardmeter.sim.bottleneck import BLOCKING_EPSILON_S
 from shardmeter.sim.diloco import fragment_params
 from shardmeter.sim.outer import fabric_fit
-from shardmeter.sim.settings import (
-    BLOCKING_DILOCO_OVERHEAD,
-    ZERO_BLOCKING_EPS_S,
-    sync_every_candidates,
-)
+from shardmeter.sim.settings import BLOCKING_DILOCO_OVERHEAD, sync_every_candidates
 from shardmeter.spec.training import StrategyKind
 
 IntArray = npt.NDArray[np.int64]
@@ -38,7 +35,7 @@ CHUNK = 4096
 class OuterResult:
     sync_every: IntArray
     fragments: IntArray
-    delay: IntArray
+    fragment_sync_delay: IntArray
     blocking_s: FloatArray
     """Compute stall per outer step (closed form)."""
     zero_blocking: BoolArray
@@ -80,10 +77,10 @@ class OuterModel:
         fixed_h = strat.sync_every if isinstance(strat.sync_every, int) else None
         self.hs = [fixed_h] if fixed_h is not None else sync_every_candidates(strat.max_sync_every)
         self.fixed_f = strat.fragments if isinstance(strat.fragments, int) else None
-        self.fixed_tau = (
+        self.fixed_fragment_sync_delay = (
             strat.fragment_sync_delay if isinstance(strat.fragment_sync_delay, int) else None
         )
-        self.max_tau = strat.max_fragment_sync_delay
+        self.max_fragment_sync_delay = strat.max_fragment_sync_delay
 
     # ---- the link ---------------------------------------------------------------------------
     def link(
@@ -210,13 +207,15 @@ class OuterModel:
                 fits = a1[:, None] <= BLOCKING_DILOCO_OVERHEAD * cands[None, :] * step[:, None]
                 h = np.where(fits.any(axis=1), cands[np.argmax(fits, axis=1)], cands[-1])
             ones = np.ones(n, dtype=np.int64)
-            zero = a1 <= ZERO_BLOCKING_EPS_S
+            zero = a1 <= BLOCKING_EPSILON_S
             return OuterResult(h, ones, 0 * ones, a1, zero, (a1 + outer_s) / h, ok)
         fcount = np.arange(1, self.layers + 1)
         # the shortest delay hiding the slowest fragment (T_ar − τ·T ≤ eps), rounding-safe
-        ratio = np.minimum((ar_max - ZERO_BLOCKING_EPS_S) / safe[:, None], 1e15)
-        tau_need = np.maximum(np.ceil(ratio), 0).astype(np.int64)
-        tau_need += (ar_max - tau_need * step[:, None] > ZERO_BLOCKING_EPS_S).astype(np.int64)
+        ratio = np.minimum((ar_max - BLOCKING_EPSILON_S) / safe[:, None], 1e15)
+        fragment_sync_delay_need = np.maximum(np.ceil(ratio), 0).astype(np.int64)
+        fragment_sync_delay_need += (
+            ar_max - fragment_sync_delay_need * step[:, None] > BLOCKING_EPSILON_S
+        ).astype(np.int64)
         h_out = np.zeros(n, dtype=np.int64)
         f_out = np.zeros(n, dtype=np.int64)
         tau_out = np.zeros(n, dtype=np.int64)
@@ -226,14 +225,18 @@ class OuterModel:
             if self.fixed_f is not None:
                 legal &= fcount == self.fixed_f
             window = hv // fcount
-            if self.fixed_tau is not None:
-                legal &= self.fixed_tau < window
-                tau_f = np.broadcast_to(np.full(self.layers, self.fixed_tau), (n, self.layers))
-                hit_f = legal[None, :] & (tau_need <= self.fixed_tau)
+            if self.fixed_fragment_sync_delay is not None:
+                legal &= self.fixed_fragment_sync_delay < window
+                tau_f = np.broadcast_to(
+                    np.full(self.layers, self.fixed_fragment_sync_delay), (n, self.layers)
+                )
+                hit_f = legal[None, :] & (
+                    fragment_sync_delay_need <= self.fixed_fragment_sync_delay
+                )
             else:
-                tau_f = tau_need
-                allowed = np.minimum(window - 1, self.max_tau)
-                hit_f = legal[None, :] & (tau_need <= allowed[None, :])
+                tau_f = fragment_sync_delay_need
+                allowed = np.minimum(window - 1, self.max_fragment_sync_delay)
+                hit_f = legal[None, :] & (fragment_sync_delay_need <= allowed[None, :])
             hit = hit_f.any(axis=1) & ~found
             first = np.argmax(hit_f, axis=1)
             h_out = np.where(hit, hv, h_out)
@@ -257,14 +260,16 @@ class OuterModel:
                 if self.fixed_f is not None:
                     legal &= fcount == self.fixed_f
                 window = hv // fcount
-                if self.fixed_tau is not None:
-                    taus = np.full(self.layers, self.fixed_tau)
+                if self.fixed_fragment_sync_delay is not None:
+                    fragment_sync_delays = np.full(self.layers, self.fixed_fragment_sync_delay)
                 else:
-                    taus = np.minimum(window - 1, self.max_tau)
-                legal &= (taus < window) & (taus >= 0)
+                    fragment_sync_delays = np.minimum(window - 1, self.max_fragment_sync_delay)
+                legal &= (fragment_sync_delays < window) & (fragment_sync_delays >= 0)
                 if not legal.any():
                     continue
-                blk = np.maximum(sub - taus[None, :, None] * step[idx][:, None, None], 0.0)
+                blk = np.maximum(
+                    sub - fragment_sync_delays[None, :, None] * step[idx][:, None, None], 0.0
+                )
                 blk = np.where(self.payload[None, :, :] > 0, blk, 0.0).sum(axis=2)
                 blk = np.where(legal[None, :], blk, np.inf)
                 fi = np.argmin(blk, axis=1)  # first minimum → fewest fragments
@@ -274,7 +279,7 @@ class OuterModel:
                 best = np.where(better, cost, best)
                 bh = np.where(better, hv, bh)
                 bf = np.where(better, fi + 1, bf)
-                bt = np.where(better, taus[fi], bt)
+                bt = np.where(better, fragment_sync_delays[fi], bt)
                 bb = np.where(better, b, bb)
             h_out[idx], f_out[idx], tau_out[idx], blocking[idx] = bh, bf, bt, bb
             overhead[idx] = best
@@ -311,17 +316,22 @@ class OuterModel:
             return out
         fcount = np.arange(1, self.layers + 1)
         # at least the delay the worst link needs (over-estimated by one: rounding-safe)
-        tau_need = np.floor(np.minimum(ar[None, :] / step[:, None], 1e15)).astype(np.int64) + 1
+        fragment_sync_delay_need = (
+            np.floor(np.minimum(ar[None, :] / step[:, None], 1e15)).astype(np.int64) + 1
+        )
         out = np.full(n, h_max)
         for hv in sorted(self.hs, reverse=True):
             legal = hv % fcount == 0
             if self.fixed_f is not None:
                 legal &= fcount == self.fixed_f
             window = hv // fcount
-            if self.fixed_tau is not None:
-                legal &= self.fixed_tau < window
-                ok = legal[None, :] & (tau_need <= self.fixed_tau)
+            if self.fixed_fragment_sync_delay is not None:
+                legal &= self.fixed_fragment_sync_delay < window
+                ok = legal[None, :] & (fragment_sync_delay_need <= self.fixed_fragment_sync_delay)
             else:
-                ok = legal[None, :] & (tau_need <= np.minimum(window - 1, self.max_tau)[None, :])
+                ok = legal[None, :] & (
+                    fragment_sync_delay_need
+                    <= np.minimum(window - 1, self.max_fragment_sync_delay)[None, :]
+                )
             out = np.where(ok.any(axis=1), hv, out)
         return out

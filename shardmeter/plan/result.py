@@ -16,6 +16,7 @@ from shardmeter.plan.frontier import RELATIVE_TIE
 from shardmeter.plan.groups import IslandGroup
 from shardmeter.plan.schema import ObjectiveKind, Runtime
 from shardmeter.plan.search import SearchOutput
+from shardmeter.sim.bottleneck import Bottleneck, blocks
 from shardmeter.sim.diloco import DiLoCoResult
 from shardmeter.sim.fsdp import StepResult
 from shardmeter.sim.outer import IslandPlacement, outer_link
@@ -26,7 +27,7 @@ from shardmeter.sim.scenario import (
     simulate_islands,
 )
 from shardmeter.sim.settings import SettingsChoice, choose_sync_every, search_settings
-from shardmeter.spec.training import StrategyKind
+from shardmeter.spec.training import StrategyKind, StreamingSettings
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,11 @@ class PlanSummary:
     blocking_s_per_outer_step: float
     zero_blocking: bool
     runtime: str
+
+    @property
+    def settings(self) -> StreamingSettings:
+        """The plan's Streaming DiLoCo settings (H, P, τ)."""
+        return StreamingSettings(self.sync_every, self.fragments, self.fragment_sync_delay)
 
     @property
     def label(self) -> str:
@@ -118,7 +124,7 @@ def summarise(out: SearchOutput, ev: Evaluation, i: int) -> PlanSummary:
         mfu=float(ev.mfu[i]),
         sync_every=int(ev.sync_every[i]),
         fragments=int(ev.fragments[i]),
-        fragment_sync_delay=int(ev.delay[i]),
+        fragment_sync_delay=int(ev.fragment_sync_delay[i]),
         blocking_s_per_outer_step=float(ev.blocking_s[i]),
         zero_blocking=bool(ev.zero_blocking[i]),
         runtime=out.spec.runtime.value,
@@ -157,7 +163,7 @@ class ChosenDetail:
 
     steps: list[StepResult]
     """One FSDP step per island group (at its micro-batch and accumulation)."""
-    bottleneck: str
+    bottleneck: Bottleneck
     evidence: str
     diloco: DiLoCoResult | None = None
     outer_link: str | None = None
@@ -242,8 +248,8 @@ def simulate_chosen(out: SearchOutput, plan: PlanSummary, rounds: int = 3) -> Ch
         outcome = simulate_islands(spec.model, spec.strategy, islands, link, choice, rounds)
         detail.diloco, detail.outer_link = outcome.result, link.description
         detail.settings_reason = _settings_reason(out, plan, link, len(islands))
-        if outcome.result.blocking_s_per_outer_step > 1e-9:
-            detail.bottleneck = "outer-step-bound"
+        if blocks(outcome.result.blocking_s_per_outer_step):
+            detail.bottleneck = Bottleneck.OUTER_STEP
             detail.evidence = (
                 f"compute blocks {outcome.result.blocking_s_per_outer_step:.3g} s per outer step "
                 f"waiting on the outer all_reduce ({link.description})"
@@ -265,7 +271,9 @@ def _settings_reason(out: SearchOutput, plan: PlanSummary, link: Any, islands: i
             f"whole model's all_reduce ({all_reduce(1)[0]:.3g} s)"
         )
     fixed_f = strat.fragments if isinstance(strat.fragments, int) else None
-    fixed_tau = strat.fragment_sync_delay if isinstance(strat.fragment_sync_delay, int) else None
+    fixed_fragment_sync_delay = (
+        strat.fragment_sync_delay if isinstance(strat.fragment_sync_delay, int) else None
+    )
     if isinstance(strat.sync_every, int):
         c = search_settings(
             strat.sync_every,
@@ -273,8 +281,8 @@ def _settings_reason(out: SearchOutput, plan: PlanSummary, link: Any, islands: i
             all_reduce,
             spec.model.num_layers,
             fixed_f,
-            fixed_tau,
-            max_delay=strat.max_fragment_sync_delay,
+            fixed_fragment_sync_delay,
+            max_fragment_sync_delay=strat.max_fragment_sync_delay,
         )
     else:
         c = choose_sync_every(
@@ -282,9 +290,9 @@ def _settings_reason(out: SearchOutput, plan: PlanSummary, link: Any, islands: i
             all_reduce,
             spec.model.num_layers,
             fixed_f,
-            fixed_tau,
+            fixed_fragment_sync_delay,
             max_sync_every=strat.max_sync_every,
-            max_delay=strat.max_fragment_sync_delay,
+            max_fragment_sync_delay=strat.max_fragment_sync_delay,
         )
     if c.zero_blocking:
         return c.reason

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from shardmeter.errors import SpecError
 from shardmeter.sim.engine import Kind, Schedule, TaskGraph, simulate
 from shardmeter.spec.model import TransformerSpec
+from shardmeter.spec.training import StreamingSettings
 
 DEFAULT_ROUNDS = 3
 """Outer rounds simulated; the last one is measured (the first settles island drift)."""
@@ -35,33 +36,6 @@ MAX_SIMULATED_INNER_STEPS = 2_000_000
 """Most inner steps (islands × rounds × syncEvery) one DiLoCo simulation may hold: about
 10 s and 0.9 GB on a 2-core machine. Three rounds of 64 islands at the largest syncEvery
 (10,000) fit."""
-
-
-@dataclass(frozen=True)
-class StreamingSettings:
-    """torchft's knobs: H, F and τ (validated: H % F == 0 and τ < H/F)."""
-
-    sync_every: int
-    fragments: int = 1
-    delay: int = 0
-
-    def __post_init__(self) -> None:
-        if self.sync_every < 1 or self.fragments < 1 or self.delay < 0:
-            raise SpecError("strategy", f"invalid settings {self}")
-        if self.sync_every % self.fragments:
-            raise SpecError(
-                "strategy.syncEvery",
-                f"{self.sync_every} is not a multiple of fragments {self.fragments} (torchft rule)",
-            )
-        if self.delay >= self.window:
-            raise SpecError(
-                "strategy.fragmentSyncDelay",
-                f"{self.delay} must be < syncEvery / fragments = {self.window} (torchft rule)",
-            )
-
-    @property
-    def window(self) -> int:
-        return self.sync_every // self.fragments
 
 
 def fragment_params(
@@ -154,7 +128,7 @@ def build_diloco_graph(
     g = TaskGraph()
     streams = [g.add_stream(f"{isl.name}/compute") for isl in islands]
     outer = g.add_stream("outer")
-    h, w, tau = settings.sync_every, settings.window, settings.delay
+    h, w, fragment_sync_delay = settings.sync_every, settings.window, settings.fragment_sync_delay
     total = rounds * h
     last = [[-1] * (total + 1) for _ in islands]
     pending: dict[int, int] = {}
@@ -165,7 +139,7 @@ def build_diloco_graph(
             last[i][c] = steps[-1]
         phase = c % h
         for j in range(settings.fragments):
-            if phase == ((j + 1) * w - tau) % h:
+            if phase == ((j + 1) * w - fragment_sync_delay) % h:
                 pending[j] = g.add(
                     outer,
                     f"all_reduce fragment {j} (after step {c})",

@@ -40,6 +40,7 @@ from functools import lru_cache
 from shardmeter.cost.model import CostModel
 from shardmeter.cost.stragglers import straggler_factor
 from shardmeter.errors import SpecError
+from shardmeter.sim.bottleneck import Bottleneck
 from shardmeter.sim.engine import Category, Kind, Schedule, TaskGraph, simulate
 from shardmeter.spec.training import GradientSync
 
@@ -294,13 +295,13 @@ class StepResult:
     simulate whole, its figures carried on from these); 0 = all of them."""
 
     @property
-    def verdict(self) -> str:
+    def verdict(self) -> Bottleneck:
         """``compute-bound`` or ``communication-bound``: the larger share of the critical path
         (interference counts as communication: it exists only because comm overlaps)."""
         cp = self.critical_path_s
         if cp[Category.COMMUNICATION] + self.interference_s > cp[Category.COMPUTE]:
-            return "communication-bound"
-        return "compute-bound"
+            return Bottleneck.COMMUNICATION
+        return Bottleneck.COMPUTE
 
     @property
     def compute_idle_fraction(self) -> float:

@@ -12,7 +12,6 @@ from shardmeter.cost.model import CostModel
 from shardmeter.sim.diloco import (
     DiLoCoResult,
     IslandSteps,
-    StreamingSettings,
     fragment_params,
     simulate_diloco,
 )
@@ -205,37 +204,54 @@ def resolve_settings(
             h = choose_blocking_sync_every(
                 step_s, all_reduce(1)[0], max_sync_every=strategy.max_sync_every
             )
-        return search_settings(h, step_s, all_reduce, 1, fragments=1, delay=0)
+        return search_settings(h, step_s, all_reduce, 1, fragments=1, fragment_sync_delay=0)
     f = strategy.fragments if isinstance(strategy.fragments, int) else None
-    tau = strategy.fragment_sync_delay if isinstance(strategy.fragment_sync_delay, int) else None
-    max_delay, max_h = strategy.max_fragment_sync_delay, strategy.max_sync_every  # guard-rails
+    fragment_sync_delay = (
+        strategy.fragment_sync_delay if isinstance(strategy.fragment_sync_delay, int) else None
+    )
+    max_fragment_sync_delay, max_h = (
+        strategy.max_fragment_sync_delay,
+        strategy.max_sync_every,
+    )  # guard-rails
     if h is None:
         choice = choose_sync_every(
             step_s,
             all_reduce,
             model.num_layers,
             f,
-            tau,
+            fragment_sync_delay,
             max_sync_every=max_h,
-            max_delay=max_delay,
+            max_fragment_sync_delay=max_fragment_sync_delay,
         )
     else:
         choice = search_settings(
-            h, step_s, all_reduce, model.num_layers, f, tau, max_delay=max_delay
+            h,
+            step_s,
+            all_reduce,
+            model.num_layers,
+            f,
+            fragment_sync_delay,
+            max_fragment_sync_delay=max_fragment_sync_delay,
         )
-    if choice.zero_blocking or (f is None and tau is None):
+    if choice.zero_blocking or (f is None and fragment_sync_delay is None):
         return choice
     # the user's fixed values block: say what the free search would pick instead
     free = (
-        search_settings(h, step_s, all_reduce, model.num_layers, max_delay=max_delay)
+        search_settings(
+            h, step_s, all_reduce, model.num_layers, max_fragment_sync_delay=max_fragment_sync_delay
+        )
         if h is not None
         else choose_sync_every(
-            step_s, all_reduce, model.num_layers, max_sync_every=max_h, max_delay=max_delay
+            step_s,
+            all_reduce,
+            model.num_layers,
+            max_sync_every=max_h,
+            max_fragment_sync_delay=max_fragment_sync_delay,
         )
     )
     advice = (
         f"recommended instead: syncEvery {free.sync_every}, fragments {free.fragments}, "
-        f"fragmentSyncDelay {free.delay}"
+        f"fragmentSyncDelay {free.fragment_sync_delay}"
         + ("" if free.zero_blocking else f" ({free.blocking_s_per_outer_step:.3g} s blocking)")
     )
     return replace(choice, reason=f"{choice.reason}; {advice}", recommended=free)
@@ -252,7 +268,7 @@ def simulate_islands(
     """Resolve settings (unless given) against the slowest island and simulate the DiLoCo level."""
     slowest = max(isl.step_s for isl in islands)
     choice = choice or resolve_settings(model, strategy, link, len(islands), slowest)
-    settings = StreamingSettings(choice.sync_every, choice.fragments, choice.delay)
+    settings = choice.settings
     frags = fragment_params(model, choice.fragments, strategy.fragment_layout)
     ar = fragment_all_reduce_seconds(model, strategy, link, len(islands), choice.fragments)
     steps = [

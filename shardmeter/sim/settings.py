@@ -33,6 +33,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from shardmeter.errors import SpecError
+from shardmeter.sim.bottleneck import BLOCKING_EPSILON_S
+from shardmeter.spec.training import StreamingSettings, torchft_violation
 
 SYNC_EVERY_CANDIDATES: tuple[int, ...] = (10, 20, 50, 100, 200, 500, 1000)
 """``sync_every: auto`` picks from these (capped by ``max_sync_every``, which is itself a
@@ -53,9 +55,6 @@ BLOCKING_DILOCO_OVERHEAD = 0.05
 """Blocking DiLoCo always stalls for the all_reduce; ``sync_every: auto`` then picks the
 smallest candidate whose stall is at most this fraction of the H inner steps."""
 
-ZERO_BLOCKING_EPS_S = 1e-12
-"""Blocking at or below this many seconds counts as zero (floating-point noise)."""
-
 
 def divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
@@ -68,16 +67,21 @@ def sync_every_candidates(
     return sorted({h for h in candidates if h <= max_sync_every} | {max_sync_every})
 
 
-def closed_form_blocking(all_reduce_s: Sequence[float], step_s: float, delay: int) -> float:
+def closed_form_blocking(
+    all_reduce_s: Sequence[float], step_s: float, fragment_sync_delay: int
+) -> float:
     """Blocking seconds per outer step: Σ_fragments max(0, T_ar − τ·T_step)."""
-    return sum(max(0.0, ar - delay * step_s) for ar in all_reduce_s)
+    return sum(max(0.0, ar - fragment_sync_delay * step_s) for ar in all_reduce_s)
 
 
 @dataclass(frozen=True)
 class SettingsChoice:
+    """Streaming DiLoCo settings a search chose (`settings`) and what they come to: the
+    blocking they leave, whether it is zero, and why they were chosen."""
+
     sync_every: int
     fragments: int
-    delay: int
+    fragment_sync_delay: int
     blocking_s_per_outer_step: float
     """Closed-form estimate for the chosen settings."""
     zero_blocking: bool
@@ -88,9 +92,14 @@ class SettingsChoice:
     recommended: SettingsChoice | None = None
     """When fixed values block: what the unconstrained search picks."""
 
+    @property
+    def settings(self) -> StreamingSettings:
+        """The chosen settings themselves (validated against torchft's rule)."""
+        return StreamingSettings(self.sync_every, self.fragments, self.fragment_sync_delay)
+
 
 def _no_legal_settings(
-    sync_every: int, max_fragments: int, fragments: int | None, delay: int | None
+    sync_every: int, max_fragments: int, fragments: int | None, fragment_sync_delay: int | None
 ) -> SpecError:
     """Why no (F, τ) is legal at this H, naming the fixed value at fault."""
     if fragments is not None and fragments > max_fragments:
@@ -98,7 +107,8 @@ def _no_legal_settings(
             "strategy.fragments",
             f"{fragments} > the model's {max_fragments} blocks (a fragment holds at least one)",
         )
-    if fragments is not None and sync_every % fragments:
+    violation = torchft_violation(sync_every, fragments or 1, fragment_sync_delay or 0)
+    if fragments is not None and violation is not None and violation[0] == "syncEvery":
         return SpecError(
             "strategy.fragments",
             f"{fragments} does not divide syncEvery {sync_every} (torchft rule); use a divisor "
@@ -107,18 +117,22 @@ def _no_legal_settings(
     window = sync_every // (fragments or 1)
     return SpecError(
         "strategy.fragmentSyncDelay",
-        f"{delay} must be < syncEvery / fragments = {window} (torchft rule); lower it or use auto",
+        f"{fragment_sync_delay} must be < syncEvery / fragments = {window} (torchft rule); "
+        "lower it or use auto",
     )
 
 
 def _no_candidate(
-    candidates: Sequence[int], max_fragments: int, fragments: int | None, delay: int | None
+    candidates: Sequence[int],
+    max_fragments: int,
+    fragments: int | None,
+    fragment_sync_delay: int | None,
 ) -> SpecError:
     """Why no candidate H of ``syncEvery: auto`` fits the fixed fragments and delay."""
     listed = ", ".join(str(h) for h in candidates)
     if fragments is not None and fragments > max_fragments:
-        return _no_legal_settings(candidates[-1], max_fragments, fragments, delay)
-    if fragments is not None and all(h % fragments for h in candidates):
+        return _no_legal_settings(candidates[-1], max_fragments, fragments, fragment_sync_delay)
+    if fragments is not None and all(torchft_violation(h, fragments) for h in candidates):
         return SpecError(
             "strategy.fragments",
             f"{fragments} divides none of the syncEvery values auto may pick ({listed}; "
@@ -128,7 +142,7 @@ def _no_candidate(
     f = fragments or 1
     return SpecError(
         "strategy.fragmentSyncDelay",
-        f"{delay} needs syncEvery > {delay} × {f} fragment(s), but auto picks at most "
+        f"{fragment_sync_delay} needs syncEvery > {fragment_sync_delay} × {f} fragment(s), but auto picks at most "
         f"{candidates[-1]} (maxSyncEvery); set syncEvery, or a shorter delay",
     )
 
@@ -139,8 +153,8 @@ def _options(
     all_reduce: Callable[[int], Sequence[float]],
     max_fragments: int,
     fragments: int | None,
-    delay: int | None,
-    max_delay: int | None,
+    fragment_sync_delay: int | None,
+    max_fragment_sync_delay: int | None,
 ) -> list[tuple[float, int, int]]:
     """(blocking, F, τ) for every legal option given the fixed values, F then τ ascending."""
     out = []
@@ -149,12 +163,16 @@ def _options(
             continue
         window = h // f
         ars = all_reduce(f)
-        if delay is not None:
-            taus: Sequence[int] = [delay]
+        if fragment_sync_delay is not None:
+            taus: Sequence[int] = [fragment_sync_delay]
         else:
-            taus = range(window if max_delay is None else min(window, max_delay + 1))
+            taus = range(
+                window
+                if max_fragment_sync_delay is None
+                else min(window, max_fragment_sync_delay + 1)
+            )
         for tau in taus:
-            if tau < window:
+            if torchft_violation(h, f, tau) is None:
                 out.append((closed_form_blocking(ars, step_s, tau), f, tau))
     return out
 
@@ -165,8 +183,8 @@ def _zero_blocking_hint(
     all_reduce: Callable[[int], Sequence[float]],
     max_fragments: int,
     fragments: int | None,
-    delay: int | None,
-    max_delay: int | None,
+    fragment_sync_delay: int | None,
+    max_fragment_sync_delay: int | None,
     candidates: Sequence[int],
 ) -> int | None:
     """The smallest candidate H > ``sync_every`` (from ``candidates`` and
@@ -177,11 +195,17 @@ def _zero_blocking_hint(
             h
             for h in sorted({*candidates, *HINT_SYNC_EVERY_CANDIDATES})
             if h > sync_every
-            and (fragments is None or h % fragments == 0)
+            and (fragments is None or torchft_violation(h, fragments) is None)
             and any(
-                b <= ZERO_BLOCKING_EPS_S
+                b <= BLOCKING_EPSILON_S
                 for b, _, _ in _options(
-                    h, step_s, all_reduce, max_fragments, fragments, delay, max_delay
+                    h,
+                    step_s,
+                    all_reduce,
+                    max_fragments,
+                    fragments,
+                    fragment_sync_delay,
+                    max_fragment_sync_delay,
                 )
             )
         ),
@@ -202,7 +226,7 @@ def _delay_hint(
         for b, _, tau in _options(
             sync_every, step_s, all_reduce, max_fragments, fragments, None, None
         )
-        if b <= ZERO_BLOCKING_EPS_S
+        if b <= BLOCKING_EPSILON_S
     ]
     return min(found, default=None)
 
@@ -213,20 +237,28 @@ def search_settings(
     all_reduce: Callable[[int], Sequence[float]],
     max_fragments: int,
     fragments: int | None = None,
-    delay: int | None = None,
+    fragment_sync_delay: int | None = None,
     candidates: Sequence[int] = SYNC_EVERY_CANDIDATES,
-    max_delay: int | None = None,
+    max_fragment_sync_delay: int | None = None,
 ) -> SettingsChoice:
     """Fewest fragments, then shortest delay (≤ ``max_delay``), with zero blocking for this
     ``sync_every``; else the least blocking. ``fragments``/``delay`` pin user-fixed values.
     ``all_reduce(F)`` gives each fragment's all_reduce seconds when the model is cut into F
     fragments. ``candidates`` (with `HINT_SYNC_EVERY_CANDIDATES`) are where the hint for a
     zero-blocking ``sync_every`` is looked for."""
-    options = _options(sync_every, step_s, all_reduce, max_fragments, fragments, delay, max_delay)
+    options = _options(
+        sync_every,
+        step_s,
+        all_reduce,
+        max_fragments,
+        fragments,
+        fragment_sync_delay,
+        max_fragment_sync_delay,
+    )
     if not options:
-        raise _no_legal_settings(sync_every, max_fragments, fragments, delay)
+        raise _no_legal_settings(sync_every, max_fragments, fragments, fragment_sync_delay)
     for blocking, f, tau in options:
-        if blocking <= ZERO_BLOCKING_EPS_S:
+        if blocking <= BLOCKING_EPSILON_S:
             return SettingsChoice(
                 sync_every,
                 f,
@@ -247,8 +279,8 @@ def search_settings(
         all_reduce,
         max_fragments,
         fragments,
-        delay,
-        max_delay,
+        fragment_sync_delay,
+        max_fragment_sync_delay,
         candidates,
     )
 
@@ -262,22 +294,37 @@ def _blocking_choice(
     all_reduce: Callable[[int], Sequence[float]],
     max_fragments: int,
     fragments: int | None,
-    delay: int | None,
-    max_delay: int | None,
+    fragment_sync_delay: int | None,
+    max_fragment_sync_delay: int | None,
     candidates: Sequence[int] = SYNC_EVERY_CANDIDATES,
 ) -> SettingsChoice:
     needed = _zero_blocking_hint(
-        sync_every, step_s, all_reduce, max_fragments, fragments, delay, max_delay, candidates
+        sync_every,
+        step_s,
+        all_reduce,
+        max_fragments,
+        fragments,
+        fragment_sync_delay,
+        max_fragment_sync_delay,
+        candidates,
     )
-    pinned = " with the fixed fragments/delay" if fragments is not None or delay is not None else ""
-    rails = f" (fragmentSyncDelay ≤ {max_delay})" if max_delay is not None and delay is None else ""
+    pinned = (
+        " with the fixed fragments/delay"
+        if fragments is not None or fragment_sync_delay is not None
+        else ""
+    )
+    rails = (
+        f" (fragmentSyncDelay ≤ {max_fragment_sync_delay})"
+        if max_fragment_sync_delay is not None and fragment_sync_delay is None
+        else ""
+    )
     hints = []
     if needed is not None:
         hints.append(
             f"syncEvery ≥ {needed} would allow zero blocking{pinned}"
-            + (f" with fragmentSyncDelay ≤ {max_delay}" if rails else "")
+            + (f" with fragmentSyncDelay ≤ {max_fragment_sync_delay}" if rails else "")
         )
-    if delay is None and max_delay is not None:
+    if fragment_sync_delay is None and max_fragment_sync_delay is not None:
         tau_needed = _delay_hint(sync_every, step_s, all_reduce, max_fragments, fragments)
         if tau_needed is not None:
             hints.append(f"fragmentSyncDelay {tau_needed} would at syncEvery {sync_every}")
@@ -301,10 +348,10 @@ def choose_sync_every(
     all_reduce: Callable[[int], Sequence[float]],
     max_fragments: int,
     fragments: int | None = None,
-    delay: int | None = None,
+    fragment_sync_delay: int | None = None,
     candidates: Sequence[int] = SYNC_EVERY_CANDIDATES,
     max_sync_every: int | None = None,
-    max_delay: int | None = None,
+    max_fragment_sync_delay: int | None = None,
     outer_step_s: float = 0.0,
 ) -> SettingsChoice:
     """``sync_every: auto`` for Streaming DiLoCo (see the module docstring): the smallest
@@ -317,12 +364,26 @@ def choose_sync_every(
     )
     best: tuple[float, int, int, int, float] | None = None  # overhead, H, F, τ, blocking
     for h in hs:
-        if fragments is not None and h % fragments:
+        if fragments is not None and torchft_violation(h, fragments) is not None:
             continue
-        options = _options(h, step_s, all_reduce, max_fragments, fragments, delay, max_delay)
-        if any(blocking <= ZERO_BLOCKING_EPS_S for blocking, _, _ in options):
+        options = _options(
+            h,
+            step_s,
+            all_reduce,
+            max_fragments,
+            fragments,
+            fragment_sync_delay,
+            max_fragment_sync_delay,
+        )
+        if any(blocking <= BLOCKING_EPSILON_S for blocking, _, _ in options):
             return search_settings(
-                h, step_s, all_reduce, max_fragments, fragments, delay, max_delay=max_delay
+                h,
+                step_s,
+                all_reduce,
+                max_fragments,
+                fragments,
+                fragment_sync_delay,
+                max_fragment_sync_delay=max_fragment_sync_delay,
             )
         if options:
             blocking, f, tau = min(options, key=lambda o: (o[0], o[1], o[2]))
@@ -330,7 +391,7 @@ def choose_sync_every(
             if best is None or key[:4] < best[:4]:
                 best = key
     if best is None:
-        raise _no_candidate(hs, max_fragments, fragments, delay)
+        raise _no_candidate(hs, max_fragments, fragments, fragment_sync_delay)
     _, h, f, tau, blocking = best
     return _blocking_choice(
         h,
@@ -341,8 +402,8 @@ def choose_sync_every(
         all_reduce,
         max_fragments,
         fragments,
-        delay,
-        max_delay,
+        fragment_sync_delay,
+        max_fragment_sync_delay,
         candidates,
     )
 

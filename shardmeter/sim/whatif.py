@@ -27,10 +27,10 @@ from typing import Annotated
 
 from pydantic import Field, model_validator
 
-from shardmeter.sim.diloco import IslandSteps, StreamingSettings
+from shardmeter.sim.diloco import IslandSteps
 from shardmeter.sim.fsdp import MAX_ACCUMULATION, MAX_UNITS, FSDPDurations
 from shardmeter.spec.base import SpecModel
-from shardmeter.spec.training import MAX_FRAGMENTS, MAX_ISLANDS, MAX_SYNC_EVERY
+from shardmeter.spec.training import MAX_FRAGMENTS, MAX_ISLANDS, MAX_SYNC_EVERY, StreamingSettings
 
 MAX_TASK_S = 1e9
 """Longest duration one task may have (about 32 years): sums of them stay finite."""
@@ -90,12 +90,12 @@ class DiLoCoDurations(_WhatIf):
 
     @model_validator(mode="after")
     def _consistent(self) -> DiLoCoDurations:
-        h, f, tau = self.sync_every, self.fragments, self.fragment_sync_delay
+        h, f, fragment_sync_delay = self.sync_every, self.fragments, self.fragment_sync_delay
         if h % f:
             raise ValueError(f"sync_every ({h}) must be a multiple of fragments ({f}) (torchft)")
-        if tau >= h // f:
+        if fragment_sync_delay >= h // f:
             raise ValueError(
-                f"fragment_sync_delay ({tau}) must be < sync_every / fragments = {h // f} (torchft)"
+                f"fragment_sync_delay ({fragment_sync_delay}) must be < sync_every / fragments = {h // f} (torchft)"
             )
         if isinstance(self.all_reduce_s, list) and len(self.all_reduce_s) != f:
             raise ValueError(

@@ -4,10 +4,12 @@ their knobs)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, ValidationInfo, field_validator, model_validator
 
+from shardmeter.errors import SpecError
 from shardmeter.spec.base import SpecEnum, SpecModel
 
 
@@ -199,6 +201,50 @@ MAX_FRAGMENTS = 1024
 """Largest ``fragments`` P (a fragment holds at least one block; models have ≤ 1024)."""
 
 
+def torchft_violation(
+    sync_every: int, fragments: int, fragment_sync_delay: int = 0
+) -> tuple[str, str] | None:
+    """torchft's rule for Streaming DiLoCo settings, checked here only: ``syncEvery`` H is a
+    multiple of ``fragments`` P and ``fragmentSyncDelay`` τ < H / P. Returns the field that
+    breaks it (as users write it) and why, or None when the settings hold. (The CRD's CEL rules
+    state the same rule for the API server; the optimizer's vectorised search,
+    `shardmeter.plan.overhead`, enumerates only settings that keep it.)"""
+    h, p, d = sync_every, fragments, fragment_sync_delay
+    if h % p:
+        return (
+            "syncEvery",
+            f"syncEvery ({h}) must be a multiple of fragments ({p}) (torchft rule); "
+            f"try syncEvery {h + (p - h % p)} or fragments that divide {h}",
+        )
+    if d >= h // p:
+        return (
+            "fragmentSyncDelay",
+            f"fragmentSyncDelay ({d}) must be < syncEvery / fragments = {h // p} "
+            "(torchft rule); lower the delay or the fragment count",
+        )
+    return None
+
+
+@dataclass(frozen=True)
+class StreamingSettings:
+    """torchft's knobs: H, F and τ (validated: H % F == 0 and τ < H/F)."""
+
+    sync_every: int
+    fragments: int = 1
+    fragment_sync_delay: int = 0
+
+    def __post_init__(self) -> None:
+        if self.sync_every < 1 or self.fragments < 1 or self.fragment_sync_delay < 0:
+            raise SpecError("strategy", f"invalid settings {self}")
+        violation = torchft_violation(self.sync_every, self.fragments, self.fragment_sync_delay)
+        if violation is not None:
+            raise SpecError(f"strategy.{violation[0]}", violation[1])
+
+    @property
+    def window(self) -> int:
+        return self.sync_every // self.fragments
+
+
 class StrategySpec(SpecModel):
     """Parallelisation strategy. FSDP inside each island; DiLoCo / Streaming DiLoCo across
     islands with torchft's knobs: ``syncEvery`` (H), ``fragments`` (P) and
@@ -275,28 +321,22 @@ class StrategySpec(SpecModel):
     def _torchft_rules(self) -> StrategySpec:
         if self.outer_precision is Precision.FP8:
             raise ValueError("outerPrecision must be bf16 or fp32 (fp8 is a matmul precision)")
-        delay = self.fragment_sync_delay
+        fragment_sync_delay = self.fragment_sync_delay
         if self.kind is StrategyKind.DILOCO:
             if isinstance(self.fragments, int) and self.fragments != 1:
                 raise ValueError(
                     "fragments must be 1 for blocking diloco; use kind: streaming-diloco"
                 )
-            if isinstance(delay, int) and delay != 0:
+            if isinstance(fragment_sync_delay, int) and fragment_sync_delay != 0:
                 raise ValueError(
                     "fragmentSyncDelay must be 0 for blocking diloco; use kind: streaming-diloco"
                 )
         h, p = self.sync_every, self.fragments
         if isinstance(h, int) and isinstance(p, int):
-            if h % p:
-                raise ValueError(
-                    f"syncEvery ({h}) must be a multiple of fragments ({p}) (torchft rule); "
-                    f"try syncEvery {h + (p - h % p)} or fragments that divide {h}"
-                )
-            if isinstance(delay, int) and delay >= h // p:
-                raise ValueError(
-                    f"fragmentSyncDelay ({delay}) must be < syncEvery / fragments = {h // p} "
-                    "(torchft rule); lower the delay or the fragment count"
-                )
+            delay = fragment_sync_delay if isinstance(fragment_sync_delay, int) else 0
+            violation = torchft_violation(h, p, delay)
+            if violation is not None:
+                raise ValueError(violation[1])
         return self
 
     @property
