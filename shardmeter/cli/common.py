@@ -11,10 +11,10 @@ import argparse
 import json
 import math
 import sys
-from enum import Enum
-from typing import Any, get_args
+from typing import Any
 
 from shardmeter.cli.args import field_bounds, float_arg, int_arg
+from shardmeter.cli.specflags import SpecFlag, add_spec_flags, flag_names, spec_values
 from shardmeter.cost.coefficients import CoefficientsDocument
 from shardmeter.cost.model import CostModel
 from shardmeter.errors import SpecError
@@ -29,74 +29,42 @@ from shardmeter.spec.loading import (
 )
 from shardmeter.spec.training import ActivationCheckpointing, TrainingSpec
 
-TRAINING_FLAGS = (
-    "precision",
-    "activation_checkpointing",
-    "activation_checkpointing_every",
-    "gradient_sync",
-    "torch_compile",
-    "sharding",
-    "shard_group_nodes",
-    "grad_reduce_bytes",
+TRAINING_FLAGS = tuple(
+    SpecFlag(name, "--" + name.replace("_", "-"))
+    for name in (
+        "precision",
+        "activation_checkpointing",
+        "activation_checkpointing_every",
+        "gradient_sync",
+        "torch_compile",
+        "sharding",
+        "shard_group_nodes",
+        "grad_reduce_bytes",
+    )
 )
 """`TrainingSpec` fields exposed as ``--kebab-case`` flags (the rest come from
 ``--seq-len``/``--micro-batch`` or keep their defaults)."""
 
 
-def _enum_of(annotation: Any) -> type[Enum] | None:
-    for candidate in (annotation, *get_args(annotation)):
-        if isinstance(candidate, type) and issubclass(candidate, Enum):
-            return candidate
-        for inner in get_args(candidate):
-            if isinstance(inner, type) and issubclass(inner, Enum):
-                return inner
-    return None
-
-
 def add_training_flags(group: argparse._ArgumentGroup) -> None:
-    """One flag per `TRAINING_FLAGS` field, typed (and range-checked) from the field."""
-    for name in TRAINING_FLAGS:
-        field = TrainingSpec.model_fields[name]
-        flag = "--" + name.replace("_", "-")
-        help_text = " ".join((field.description or "").split("\n\n")[0].split()).replace("%", "%%")
-        enum = _enum_of(field.annotation)
-        if name == "activation_checkpointing":
-            # ``--activation-checkpointing`` alone still means full, as before the modes
-            group.add_argument(
-                flag,
-                nargs="?",
-                const=ActivationCheckpointing.FULL.value,
-                default=None,
-                metavar="|".join(e.value for e in ActivationCheckpointing),
-                help=f"{help_text} Alone: full. (default: none)",
-            )
-        elif enum is not None:
-            group.add_argument(
-                flag,
-                default=None,
-                metavar="|".join(e.value for e in enum),
-                help=f"{help_text} (default: {field.default})",
-            )
-        elif field.annotation is bool:
-            group.add_argument(
-                flag,
-                action=argparse.BooleanOptionalAction,
-                default=None,
-                help=f"{help_text} (default: {str(field.default).lower()})",
-            )
-        else:
-            lo, hi = field_bounds(TrainingSpec, name)
-            group.add_argument(
-                flag,
-                type=int_arg(lo, hi),
-                default=None,
-                metavar="N",
-                help=f"{help_text} ({lo}–{hi:,}; default: {field.default})",
-            )
+    """One flag per `TRAINING_FLAGS` field, typed (and range-checked) from the field; unset
+    flags keep the spec's defaults."""
+    ac = next(f for f in TRAINING_FLAGS if f.field == "activation_checkpointing")
+    add_spec_flags(group, TrainingSpec, [f for f in TRAINING_FLAGS if f is not ac], overrides=True)
+    field = TrainingSpec.model_fields[ac.field]
+    help_text = " ".join((field.description or "").split("\n\n")[0].split()).replace("%", "%%")
+    group.add_argument(  # ``--activation-checkpointing`` alone still means full, as before the modes
+        ac.flag,
+        nargs="?",
+        const=ActivationCheckpointing.FULL.value,
+        default=None,
+        metavar="|".join(e.value for e in ActivationCheckpointing),
+        help=f"{help_text} Alone: full. (default: none)",
+    )
 
 
 def training_overrides(args: argparse.Namespace) -> dict[str, Any]:
-    return {n: getattr(args, n) for n in TRAINING_FLAGS if getattr(args, n, None) is not None}
+    return {k: v for k, v in spec_values(args, TRAINING_FLAGS).items() if v is not None}
 
 
 MODEL_POOL_FLAGS: dict[str, str] = {
@@ -111,7 +79,7 @@ MODEL_POOL_FLAGS: dict[str, str] = {
     "training": "--seq-len",
     "training.seq_len_tokens": "--seq-len",
     "training.global_batch_tokens": "--micro-batch",
-    **{f"training.{n}": "--" + n.replace("_", "-") for n in TRAINING_FLAGS},
+    **flag_names(TrainingSpec, TRAINING_FLAGS, "training"),
     "accumulation": "--accumulation",
     "max_inflight": "--max-inflight",
 }

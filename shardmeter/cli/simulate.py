@@ -12,10 +12,10 @@ from shardmeter.cli.args import (
     HelpFormatter,
     check_output_file,
     int_arg,
-    int_or_auto_arg,
     writing,
 )
 from shardmeter.cli.common import MODEL_POOL_FLAGS, add_model_pool_args, build_cost_model, emit_json
+from shardmeter.cli.specflags import SpecFlag, add_spec_flags, flag_names, spec_values
 from shardmeter.errors import SpecError
 from shardmeter.output import format as fmt
 from shardmeter.output.sim_plots import SweepPoint, plot_batch_sweep, plot_timeline
@@ -42,7 +42,7 @@ from shardmeter.sim.settings import SettingsChoice
 from shardmeter.sim.whatif import WhatIfDocument
 from shardmeter.spec.hardware import LinkKind
 from shardmeter.spec.loading import link_from_arg, read_document, validate
-from shardmeter.spec.training import MAX_FRAGMENTS, MAX_ISLANDS, MAX_SYNC_EVERY, StrategySpec
+from shardmeter.spec.training import AUTO_FIELD_BOUNDS, MAX_ISLANDS, StrategySpec
 
 EXAMPLES = """examples:
   shardmeter simulate --model llama-3.2-1b --gpu a100 --seq-len 4096 --accumulation 4
@@ -51,13 +51,19 @@ EXAMPLES = """examples:
   shardmeter simulate --durations what-if.yaml --rounds 5 --json
 """
 
-STRATEGY_FLAGS: dict[str, str] = {
+STRATEGY_FLAGS = (
+    SpecFlag("kind", "--strategy"),
+    SpecFlag("sync_every", "--sync-every", "H|auto"),
+    SpecFlag("fragments", "--fragments", "F|auto"),
+    SpecFlag("fragment_sync_delay", "--fragment-sync-delay", "τ|auto"),
+    SpecFlag("fragment_layout", "--fragment-layout"),
+    SpecFlag("outer_precision", "--outer-precision"),
+)
+"""The strategy's flags: each is its `StrategySpec` field (choices, range, default, help)."""
+
+FLAGS: dict[str, str] = {
+    **flag_names(StrategySpec, STRATEGY_FLAGS, "strategy"),
     "strategy": "--strategy",
-    "strategy.sync_every": "--sync-every",
-    "strategy.syncEvery": "--sync-every",
-    "strategy.fragments": "--fragments",
-    "strategy.fragment_sync_delay": "--fragment-sync-delay",
-    "strategy.fragmentSyncDelay": "--fragment-sync-delay",
     "strategy.maxSyncEvery": "--sync-every",
     "rounds": "--rounds",
     "islands": "--islands",
@@ -91,12 +97,6 @@ def add_parser(sub: Any) -> None:
         help=f"gathered units resident at once (1–{MAX_UNITS:,})",
     )
     s.add_argument(
-        "--strategy",
-        choices=["fsdp", "diloco", "streaming-diloco"],
-        default="fsdp",
-        help="one island (fsdp), or DiLoCo / Streaming DiLoCo across --islands",
-    )
-    s.add_argument(
         "--islands",
         type=int_arg(1, MAX_ISLANDS),
         default=1,
@@ -109,38 +109,12 @@ def add_parser(sub: Any) -> None:
         help="link between islands: a WAN preset/file means different sites "
         "(default: the pool's inter-node fabric)",
     )
-    s.add_argument(
-        "--sync-every",
-        type=int_or_auto_arg(1, MAX_SYNC_EVERY),
-        default="auto",
-        metavar="H|auto",
-        help=f"inner steps per outer step H (1–{MAX_SYNC_EVERY:,}), or auto",
-    )
-    s.add_argument(
-        "--fragments",
-        type=int_or_auto_arg(1, MAX_FRAGMENTS),
-        default="auto",
-        metavar="F|auto",
-        help="Streaming DiLoCo fragments F (1 to the model's blocks), or auto",
-    )
-    s.add_argument(
-        "--fragment-sync-delay",
-        type=int_or_auto_arg(0, MAX_SYNC_EVERY - 1),
-        default="auto",
-        metavar="τ|auto",
-        help="τ in inner steps (< H / F), or auto",
-    )
-    s.add_argument(
-        "--fragment-layout",
-        choices=["contiguous", "strided"],
-        default="contiguous",
-        help="blocks of a fragment: consecutive, or every F-th",
-    )
-    s.add_argument(
-        "--outer-precision",
-        choices=["bf16", "fp32"],
-        default="fp32",
-        help="precision of the pseudo-gradient all_reduce",
+    add_spec_flags(
+        s,
+        StrategySpec,
+        STRATEGY_FLAGS,
+        defaults={"kind": "fsdp"},
+        bounds=AUTO_FIELD_BOUNDS,
     )
     s.add_argument(
         "--rounds",
@@ -164,7 +138,7 @@ def add_parser(sub: Any) -> None:
         metavar="FILE.png",
         help="write a micro-batch sweep PNG here (cost-model mode)",
     )
-    p.set_defaults(run=run, flags={**MODEL_POOL_FLAGS, **STRATEGY_FLAGS})
+    p.set_defaults(run=run, flags={**MODEL_POOL_FLAGS, **FLAGS})
 
 
 _STRATEGY_RULE_FLAGS = (
@@ -179,14 +153,7 @@ def _strategy(args: argparse.Namespace) -> StrategySpec:
     try:
         return validate(
             StrategySpec,
-            {
-                "kind": args.strategy,
-                "sync_every": args.sync_every,
-                "fragments": args.fragments,
-                "fragment_sync_delay": args.fragment_sync_delay,
-                "fragment_layout": args.fragment_layout,
-                "outer_precision": args.outer_precision,
-            },
+            spec_values(args, STRATEGY_FLAGS),
             "strategy",
         )
     except SpecError as exc:

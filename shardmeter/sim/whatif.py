@@ -30,7 +30,14 @@ from pydantic import Field, model_validator
 from shardmeter.sim.diloco import IslandSteps
 from shardmeter.sim.fsdp import MAX_ACCUMULATION, MAX_UNITS, FSDPDurations
 from shardmeter.spec.base import SpecModel
-from shardmeter.spec.training import MAX_FRAGMENTS, MAX_ISLANDS, MAX_SYNC_EVERY, StreamingSettings
+from shardmeter.spec.training import (
+    CAMEL_CASE,
+    MAX_FRAGMENTS,
+    MAX_ISLANDS,
+    MAX_SYNC_EVERY,
+    StreamingSettings,
+    torchft_violation,
+)
 
 MAX_TASK_S = 1e9
 """Longest duration one task may have (about 32 years): sums of them stay finite."""
@@ -90,13 +97,11 @@ class DiLoCoDurations(_WhatIf):
 
     @model_validator(mode="after")
     def _consistent(self) -> DiLoCoDurations:
-        h, f, fragment_sync_delay = self.sync_every, self.fragments, self.fragment_sync_delay
-        if h % f:
-            raise ValueError(f"sync_every ({h}) must be a multiple of fragments ({f}) (torchft)")
-        if fragment_sync_delay >= h // f:
-            raise ValueError(
-                f"fragment_sync_delay ({fragment_sync_delay}) must be < sync_every / fragments = {h // f} (torchft)"
-            )
+        f = self.fragments
+        snake = {name: name for name in CAMEL_CASE}
+        violation = torchft_violation(self.sync_every, f, self.fragment_sync_delay, names=snake)
+        if violation is not None:
+            raise ValueError(violation[1])
         if isinstance(self.all_reduce_s, list) and len(self.all_reduce_s) != f:
             raise ValueError(
                 f"all_reduce_s lists {len(self.all_reduce_s)} durations for {f} fragment(s)"

@@ -201,25 +201,47 @@ MAX_FRAGMENTS = 1024
 """Largest ``fragments`` P (a fragment holds at least one block; models have ≤ 1024)."""
 
 
+AUTO_FIELD_BOUNDS: dict[str, tuple[int, int]] = {
+    "sync_every": (1, MAX_SYNC_EVERY),
+    "fragments": (1, MAX_FRAGMENTS),
+    "fragment_sync_delay": (0, MAX_SYNC_EVERY - 1),
+}
+"""The range of each ``int | "auto"`` field of `StrategySpec` (the spec and its CLI flags)."""
+
+
+CAMEL_CASE = {
+    "sync_every": "syncEvery",
+    "fragments": "fragments",
+    "fragment_sync_delay": "fragmentSyncDelay",
+}
+"""The settings' names as a plan file and the CRDs write them."""
+
+
 def torchft_violation(
-    sync_every: int, fragments: int, fragment_sync_delay: int = 0
+    sync_every: int,
+    fragments: int,
+    fragment_sync_delay: int = 0,
+    *,
+    names: dict[str, str] = CAMEL_CASE,
 ) -> tuple[str, str] | None:
     """torchft's rule for Streaming DiLoCo settings, checked here only: ``syncEvery`` H is a
     multiple of ``fragments`` P and ``fragmentSyncDelay`` τ < H / P. Returns the field that
-    breaks it (as users write it) and why, or None when the settings hold. (The CRD's CEL rules
-    state the same rule for the API server; the optimizer's vectorised search,
+    breaks it and why (named as ``names`` spells them: camelCase as users write plan files, or
+    the what-if file's snake_case), or None when the settings hold. (The CRD's CEL rules state
+    the same rule for the API server; the optimizer's vectorised search,
     `shardmeter.plan.overhead`, enumerates only settings that keep it.)"""
     h, p, d = sync_every, fragments, fragment_sync_delay
+    n_h, n_p, n_d = names["sync_every"], names["fragments"], names["fragment_sync_delay"]
     if h % p:
         return (
-            "syncEvery",
-            f"syncEvery ({h}) must be a multiple of fragments ({p}) (torchft rule); "
-            f"try syncEvery {h + (p - h % p)} or fragments that divide {h}",
+            n_h,
+            f"{n_h} ({h}) must be a multiple of {n_p} ({p}) (torchft rule); "
+            f"try {n_h} {h + (p - h % p)} or {n_p} that divide {h}",
         )
     if d >= h // p:
         return (
-            "fragmentSyncDelay",
-            f"fragmentSyncDelay ({d}) must be < syncEvery / fragments = {h // p} "
+            n_d,
+            f"{n_d} ({d}) must be < {n_h} / {n_p} = {h // p} "
             "(torchft rule); lower the delay or the fragment count",
         )
     return None
@@ -308,11 +330,7 @@ class StrategySpec(SpecModel):
     @field_validator("sync_every", "fragments", "fragment_sync_delay")
     @classmethod
     def _bounded(cls, value: int | str, info: ValidationInfo) -> int | str:
-        low, high = {
-            "sync_every": (1, MAX_SYNC_EVERY),
-            "fragments": (1, MAX_FRAGMENTS),
-            "fragment_sync_delay": (0, MAX_SYNC_EVERY - 1),
-        }[str(info.field_name)]
+        low, high = AUTO_FIELD_BOUNDS[str(info.field_name)]
         if isinstance(value, int) and not low <= value <= high:
             raise ValueError(f"must be between {low} and {high:,} or 'auto' (got {value})")
         return value
