@@ -30,8 +30,8 @@ from shardmeter_operator.workload import launch_islands
 from shardmeter_operator.workload_jobset import (
     JOBSET_NAME_MAX,
     follow_jobset,
-    island_groups,
     jobset_name,
+    replicated_jobs,
 )
 from support.jobset import JOBSETS, JobSetController
 from support.kube_emulator import JOBS, KubeEmulator
@@ -116,7 +116,7 @@ def test_the_jobset_passes_jobsets_crd_and_webhook_and_makes_the_islands(
 
 def test_islands_group_by_runs_of_one_shape() -> None:
     islands = [island(0, 2), island(1, 2), island(2, 4), island(3, 2), island(4, 2, pool="b")]
-    groups = island_groups(islands)
+    groups = replicated_jobs(islands)
     assert [(g.name, g.first, g.count) for g in groups] == [
         ("g0", 0, 2),
         ("g1", 2, 1),

@@ -93,7 +93,7 @@ def decide_workload(
     if spec.queue_name:
         _check_queue(spec.queue_name, namespace, cluster)
         rendered_pools(used_pools(pools, islands), spec.queue_name, cluster.flavors)
-        groups = len(jobsets.island_groups(islands))
+        groups = len(jobsets.replicated_jobs(islands))
         if kind is WorkloadKind.JOBSET and groups > kueue.MAX_POD_SETS:
             raise WorkloadUnavailableError(
                 "spec.queueName",
@@ -278,7 +278,7 @@ def _flavor_mismatches(
     if st.launch.workload is not WorkloadKind.JOBSET:
         return []
     events = []
-    for g in jobsets.island_groups(st.islands):
+    for g in jobsets.replicated_jobs(st.islands):
         pool = st.islands[g.first].pool
         view = pools.get(pool)
         declared = ((view.spec if view else {}).get("kueue") or {}).get("flavor")
@@ -343,7 +343,7 @@ def launched_message(st: TrainingPlanStatus) -> tuple[str, str]:
     rev, queue = st.launch.revision, st.launch.queue_name
     queued = f", suspended in LocalQueue {queue} until Kueue admits it" if queue else ""
     if st.launch.workload is WorkloadKind.JOBSET:
-        groups = jobsets.island_groups(st.islands)
+        groups = jobsets.replicated_jobs(st.islands)
         return (
             f"JobSet {st.launch.job_set} of revision {rev}: {len(st.islands)} island(s) in "
             f"{len(groups)} replicated Job(s) ({', '.join(g.name for g in groups)}){queued}",

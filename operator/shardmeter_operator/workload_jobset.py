@@ -88,8 +88,9 @@ JOBSET_NAME_MAX = DNS_LABEL_MAX - len(
 
 
 @dataclass(frozen=True)
-class IslandGroup:
-    """A replicated Job: ``count`` consecutive islands of one shape, from ``first``."""
+class ReplicatedJob:
+    """One of the JobSet's replicated Jobs: ``count`` consecutive islands of one shape, from
+    ``first`` (the plan's island groups are `shardmeter.plan.groups.IslandGroup`)."""
 
     name: str
     first: int
@@ -105,15 +106,15 @@ def _shape(island: IslandStatus) -> tuple[Any, ...]:
     return tuple(island.model_dump(include=ISLAND_SHAPE - {"name"}).values())
 
 
-def island_groups(islands: Sequence[IslandStatus]) -> list[IslandGroup]:
+def replicated_jobs(islands: Sequence[IslandStatus]) -> list[ReplicatedJob]:
     """Consecutive islands of the same shape form a group (a replicated Job)."""
-    groups: list[IslandGroup] = []
+    groups: list[ReplicatedJob] = []
     for i, isl in enumerate(islands):
         last = groups[-1] if groups else None
         if last is not None and _shape(islands[last.first]) == _shape(isl):
-            groups[-1] = IslandGroup(last.name, last.first, last.count + 1)
+            groups[-1] = ReplicatedJob(last.name, last.first, last.count + 1)
         else:
-            groups.append(IslandGroup(f"{GROUP_PREFIX}{len(groups)}", i, 1))
+            groups.append(ReplicatedJob(f"{GROUP_PREFIX}{len(groups)}", i, 1))
     return groups
 
 
@@ -126,7 +127,7 @@ def name_islands(plan: str, islands: Sequence[IslandStatus]) -> list[IslandStatu
     """The islands named after the child Jobs the plan's JobSet will create for them."""
     js = jobset_name(plan)
     out = []
-    for g in island_groups(islands):
+    for g in replicated_jobs(islands):
         for k in range(g.count):
             isl = islands[g.first + k]
             out.append(isl.model_copy(update={"name": child_job_name(js, g.name, k)}))
@@ -173,7 +174,7 @@ def _container_ports(container: dict[str, Any], diloco: bool) -> None:
 
 def _group_template(
     rendered: Mapping[str, Any],
-    group: IslandGroup,
+    group: ReplicatedJob,
     jobset: str,
     namespace: str,
     run: TorchtitanRun,
@@ -216,7 +217,7 @@ def _group_template(
     return template
 
 
-def check_names(jobset: str, groups: Sequence[IslandGroup], nodes: Sequence[int]) -> None:
+def check_names(jobset: str, groups: Sequence[ReplicatedJob], nodes: Sequence[int]) -> None:
     """What JobSet's webhook checks: every child Job's and pod's name is a DNS-1035 label
     (pods with their 5-character suffix). Holds for any plan by construction."""
     for g in groups:
@@ -242,7 +243,7 @@ def jobset_manifest(
     """The plan's JobSet from the island Jobs ``island_manifests`` rendered (one per island,
     before their runtime): one replicated Job per group of same-shaped islands."""
     name = jobset_name(plan)
-    groups = island_groups(islands)
+    groups = replicated_jobs(islands)
     check_names(name, groups, [i.nodes for i in islands])
     replicated = [
         {
@@ -378,12 +379,12 @@ def follow_jobset(
 __all__ = [
     "API_VERSION",
     "CRD_NAME",
-    "IslandGroup",
+    "ReplicatedJob",
     "child_job_name",
     "follow_jobset",
-    "island_groups",
     "jobset_manifest",
     "jobset_name",
     "name_islands",
+    "replicated_jobs",
     "restarts_of",
 ]
