@@ -30,7 +30,7 @@ slope is ``1 − F·τ/H > 0``), which is what lets the optimizer minimise T fir
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from shardmeter.errors import SpecError
 from shardmeter.sim.bottleneck import BLOCKING_EPSILON_S
@@ -98,137 +98,162 @@ class SettingsChoice:
         return StreamingSettings(self.sync_every, self.fragments, self.fragment_sync_delay)
 
 
-def _no_legal_settings(
-    sync_every: int, max_fragments: int, fragments: int | None, fragment_sync_delay: int | None
-) -> SpecError:
-    """Why no (F, τ) is legal at this H, naming the fixed value at fault."""
-    if fragments is not None and fragments > max_fragments:
-        return SpecError(
-            "strategy.fragments",
-            f"{fragments} > the model's {max_fragments} blocks (a fragment holds at least one)",
-        )
-    violation = torchft_violation(sync_every, fragments or 1, fragment_sync_delay or 0)
-    if fragments is not None and violation is not None and violation[0] == "syncEvery":
-        return SpecError(
-            "strategy.fragments",
-            f"{fragments} does not divide syncEvery {sync_every} (torchft rule); use a divisor "
-            f"of {sync_every} or auto",
-        )
-    window = sync_every // (fragments or 1)
-    return SpecError(
-        "strategy.fragmentSyncDelay",
-        f"{fragment_sync_delay} must be < syncEvery / fragments = {window} (torchft rule); "
-        "lower it or use auto",
-    )
+@dataclass(frozen=True)
+class _Search:
+    """One settings search: the island's inner step, its fragments' all_reduce seconds, the
+    user's pinned values (None: auto) and the guard-rails. Every search function below works
+    on one of these, so the inputs travel together."""
 
+    step_s: float
+    all_reduce: Callable[[int], Sequence[float]]
+    """``all_reduce(F)``: each fragment's all_reduce seconds when the model is cut into F."""
+    max_fragments: int
+    fragments: int | None
+    fragment_sync_delay: int | None
+    max_fragment_sync_delay: int | None
+    candidates: Sequence[int]
 
-def _no_candidate(
-    candidates: Sequence[int],
-    max_fragments: int,
-    fragments: int | None,
-    fragment_sync_delay: int | None,
-) -> SpecError:
-    """Why no candidate H of ``syncEvery: auto`` fits the fixed fragments and delay."""
-    listed = ", ".join(str(h) for h in candidates)
-    if fragments is not None and fragments > max_fragments:
-        return _no_legal_settings(candidates[-1], max_fragments, fragments, fragment_sync_delay)
-    if fragments is not None and all(torchft_violation(h, fragments) for h in candidates):
-        return SpecError(
-            "strategy.fragments",
-            f"{fragments} divides none of the syncEvery values auto may pick ({listed}; "
-            f"maxSyncEvery {candidates[-1]}); set syncEvery to a multiple of {fragments}, or "
-            "fragments auto",
-        )
-    f = fragments or 1
-    return SpecError(
-        "strategy.fragmentSyncDelay",
-        f"{fragment_sync_delay} needs syncEvery > {fragment_sync_delay} × {f} fragment(s), but auto picks at most "
-        f"{candidates[-1]} (maxSyncEvery); set syncEvery, or a shorter delay",
-    )
+    def options(self, h: int) -> list[tuple[float, int, int]]:
+        """(blocking, F, τ) for every legal option at H given the fixed values, F then τ
+        ascending."""
+        out = []
+        for f in divisors(h):
+            if f > self.max_fragments or (self.fragments is not None and f != self.fragments):
+                continue
+            window = h // f
+            ars = self.all_reduce(f)
+            taus: Sequence[int]
+            if self.fragment_sync_delay is not None:
+                taus = [self.fragment_sync_delay]
+            elif self.max_fragment_sync_delay is None:
+                taus = range(window)
+            else:
+                taus = range(min(window, self.max_fragment_sync_delay + 1))
+            for tau in taus:
+                if torchft_violation(h, f, tau) is None:
+                    out.append((closed_form_blocking(ars, self.step_s, tau), f, tau))
+        return out
 
+    def fits(self, h: int) -> bool:
+        """Whether H keeps torchft's rule with the pinned fragments (any H when auto)."""
+        return self.fragments is None or torchft_violation(h, self.fragments) is None
 
-def _options(
-    h: int,
-    step_s: float,
-    all_reduce: Callable[[int], Sequence[float]],
-    max_fragments: int,
-    fragments: int | None,
-    fragment_sync_delay: int | None,
-    max_fragment_sync_delay: int | None,
-) -> list[tuple[float, int, int]]:
-    """(blocking, F, τ) for every legal option given the fixed values, F then τ ascending."""
-    out = []
-    for f in divisors(h):
-        if f > max_fragments or (fragments is not None and f != fragments):
-            continue
-        window = h // f
-        ars = all_reduce(f)
-        if fragment_sync_delay is not None:
-            taus: Sequence[int] = [fragment_sync_delay]
-        else:
-            taus = range(
-                window
-                if max_fragment_sync_delay is None
-                else min(window, max_fragment_sync_delay + 1)
-            )
-        for tau in taus:
-            if torchft_violation(h, f, tau) is None:
-                out.append((closed_form_blocking(ars, step_s, tau), f, tau))
-    return out
-
-
-def _zero_blocking_hint(
-    sync_every: int,
-    step_s: float,
-    all_reduce: Callable[[int], Sequence[float]],
-    max_fragments: int,
-    fragments: int | None,
-    fragment_sync_delay: int | None,
-    max_fragment_sync_delay: int | None,
-    candidates: Sequence[int],
-) -> int | None:
-    """The smallest candidate H > ``sync_every`` (from ``candidates`` and
-    `HINT_SYNC_EVERY_CANDIDATES`) with a zero-blocking option, delays still within
-    ``max_delay`` (fixed values kept)."""
-    return next(
-        (
-            h
-            for h in sorted({*candidates, *HINT_SYNC_EVERY_CANDIDATES})
-            if h > sync_every
-            and (fragments is None or torchft_violation(h, fragments) is None)
-            and any(
-                b <= BLOCKING_EPSILON_S
-                for b, _, _ in _options(
-                    h,
-                    step_s,
-                    all_reduce,
-                    max_fragments,
-                    fragments,
-                    fragment_sync_delay,
-                    max_fragment_sync_delay,
+    def at(self, sync_every: int) -> SettingsChoice:
+        """Fewest fragments, then shortest delay, with zero blocking at this H; else the
+        least blocking."""
+        options = self.options(sync_every)
+        if not options:
+            raise self.no_legal_settings(sync_every)
+        for blocking, f, tau in options:
+            if blocking <= BLOCKING_EPSILON_S:
+                return SettingsChoice(
+                    sync_every,
+                    f,
+                    tau,
+                    0.0,
+                    True,
+                    None,
+                    f"{f} fragment(s) with delay {tau}: each all_reduce "
+                    f"({max(self.all_reduce(f)):.3g} s) hides behind {tau} inner steps of "
+                    f"{self.step_s:.3g} s",
                 )
-            )
-        ),
-        None,
-    )
+        blocking, f, tau = min(options, key=lambda o: (o[0], o[1], o[2]))
+        return self.blocking_choice(sync_every, f, tau, blocking)
 
-
-def _delay_hint(
-    sync_every: int,
-    step_s: float,
-    all_reduce: Callable[[int], Sequence[float]],
-    max_fragments: int,
-    fragments: int | None,
-) -> int | None:
-    """The shortest delay with a zero-blocking option at ``sync_every`` (no delay limit)."""
-    found = [
-        tau
-        for b, _, tau in _options(
-            sync_every, step_s, all_reduce, max_fragments, fragments, None, None
+    def zero_blocking_hint(self, sync_every: int) -> int | None:
+        """The smallest candidate H > ``sync_every`` (from ``candidates`` and
+        `HINT_SYNC_EVERY_CANDIDATES`) with a zero-blocking option, delays still within the
+        guard-rail (fixed values kept)."""
+        return next(
+            (
+                h
+                for h in sorted({*self.candidates, *HINT_SYNC_EVERY_CANDIDATES})
+                if h > sync_every
+                and self.fits(h)
+                and any(b <= BLOCKING_EPSILON_S for b, _, _ in self.options(h))
+            ),
+            None,
         )
-        if b <= BLOCKING_EPSILON_S
-    ]
-    return min(found, default=None)
+
+    def delay_hint(self, sync_every: int) -> int | None:
+        """The shortest delay with a zero-blocking option at ``sync_every`` (no delay limit)."""
+        free = replace(self, fragment_sync_delay=None, max_fragment_sync_delay=None)
+        found = [tau for b, _, tau in free.options(sync_every) if b <= BLOCKING_EPSILON_S]
+        return min(found, default=None)
+
+    def blocking_choice(self, sync_every: int, f: int, tau: int, blocking: float) -> SettingsChoice:
+        """The least-blocking option (F, τ) at H, with hints that would hide the blocking."""
+        needed = self.zero_blocking_hint(sync_every)
+        pinned_values = self.fragments is not None or self.fragment_sync_delay is not None
+        pinned = " with the fixed fragments/delay" if pinned_values else ""
+        limit = self.max_fragment_sync_delay
+        railed = limit is not None and self.fragment_sync_delay is None
+        rails = f" (fragmentSyncDelay ≤ {limit})" if railed else ""
+        hints = []
+        if needed is not None:
+            hints.append(
+                f"syncEvery ≥ {needed} would allow zero blocking{pinned}"
+                + (f" with fragmentSyncDelay ≤ {limit}" if rails else "")
+            )
+        if railed:
+            tau_needed = self.delay_hint(sync_every)
+            if tau_needed is not None:
+                hints.append(f"fragmentSyncDelay {tau_needed} would at syncEvery {sync_every}")
+        hint = " or ".join(hints) or (
+            f"no syncEvery up to {HINT_SYNC_EVERY_CANDIDATES[-1]} allows zero blocking{pinned}"
+        )
+        return SettingsChoice(
+            sync_every,
+            f,
+            tau,
+            blocking,
+            False,
+            needed,
+            f"no zero-blocking settings at syncEvery {sync_every}{rails}; least blocking is "
+            f"{f} fragment(s), delay {tau} ({blocking:.3g} s per outer step); {hint}",
+        )
+
+    def no_legal_settings(self, sync_every: int) -> SpecError:
+        """Why no (F, τ) is legal at this H, naming the fixed value at fault."""
+        fragments, delay = self.fragments, self.fragment_sync_delay
+        if fragments is not None and fragments > self.max_fragments:
+            return SpecError(
+                "strategy.fragments",
+                f"{fragments} > the model's {self.max_fragments} blocks (a fragment holds at "
+                "least one)",
+            )
+        violation = torchft_violation(sync_every, fragments or 1, delay or 0)
+        if fragments is not None and violation is not None and violation[0] == "syncEvery":
+            return SpecError(
+                "strategy.fragments",
+                f"{fragments} does not divide syncEvery {sync_every} (torchft rule); use a "
+                f"divisor of {sync_every} or auto",
+            )
+        window = sync_every // (fragments or 1)
+        return SpecError(
+            "strategy.fragmentSyncDelay",
+            f"{delay} must be < syncEvery / fragments = {window} (torchft rule); "
+            "lower it or use auto",
+        )
+
+    def no_candidate(self, hs: Sequence[int]) -> SpecError:
+        """Why no candidate H of ``syncEvery: auto`` fits the fixed fragments and delay."""
+        fragments, delay = self.fragments, self.fragment_sync_delay
+        listed = ", ".join(str(h) for h in hs)
+        if fragments is not None and fragments > self.max_fragments:
+            return self.no_legal_settings(hs[-1])
+        if not any(self.fits(h) for h in hs):
+            return SpecError(
+                "strategy.fragments",
+                f"{fragments} divides none of the syncEvery values auto may pick ({listed}; "
+                f"maxSyncEvery {hs[-1]}); set syncEvery to a multiple of {fragments}, or "
+                "fragments auto",
+            )
+        return SpecError(
+            "strategy.fragmentSyncDelay",
+            f"{delay} needs syncEvery > {delay} × {fragments or 1} fragment(s), but auto picks "
+            f"at most {hs[-1]} (maxSyncEvery); set syncEvery, or a shorter delay",
+        )
 
 
 def search_settings(
@@ -241,40 +266,13 @@ def search_settings(
     candidates: Sequence[int] = SYNC_EVERY_CANDIDATES,
     max_fragment_sync_delay: int | None = None,
 ) -> SettingsChoice:
-    """Fewest fragments, then shortest delay (≤ ``max_delay``), with zero blocking for this
-    ``sync_every``; else the least blocking. ``fragments``/``delay`` pin user-fixed values.
-    ``all_reduce(F)`` gives each fragment's all_reduce seconds when the model is cut into F
-    fragments. ``candidates`` (with `HINT_SYNC_EVERY_CANDIDATES`) are where the hint for a
-    zero-blocking ``sync_every`` is looked for."""
-    options = _options(
-        sync_every,
-        step_s,
-        all_reduce,
-        max_fragments,
-        fragments,
-        fragment_sync_delay,
-        max_fragment_sync_delay,
-    )
-    if not options:
-        raise _no_legal_settings(sync_every, max_fragments, fragments, fragment_sync_delay)
-    for blocking, f, tau in options:
-        if blocking <= BLOCKING_EPSILON_S:
-            return SettingsChoice(
-                sync_every,
-                f,
-                tau,
-                0.0,
-                True,
-                None,
-                f"{f} fragment(s) with delay {tau}: each all_reduce "
-                f"({max(all_reduce(f)):.3g} s) hides behind {tau} inner steps of {step_s:.3g} s",
-            )
-    blocking, f, tau = min(options, key=lambda o: (o[0], o[1], o[2]))
-    return _blocking_choice(
-        sync_every,
-        f,
-        tau,
-        blocking,
+    """Fewest fragments, then shortest delay (≤ ``max_fragment_sync_delay``), with zero
+    blocking for this ``sync_every``; else the least blocking. ``fragments`` and
+    ``fragment_sync_delay`` pin user-fixed values. ``all_reduce(F)`` gives each fragment's
+    all_reduce seconds when the model is cut into F fragments. ``candidates`` (with
+    `HINT_SYNC_EVERY_CANDIDATES`) are where the hint for a zero-blocking ``sync_every`` is
+    looked for."""
+    search = _Search(
         step_s,
         all_reduce,
         max_fragments,
@@ -283,64 +281,7 @@ def search_settings(
         max_fragment_sync_delay,
         candidates,
     )
-
-
-def _blocking_choice(
-    sync_every: int,
-    f: int,
-    tau: int,
-    blocking: float,
-    step_s: float,
-    all_reduce: Callable[[int], Sequence[float]],
-    max_fragments: int,
-    fragments: int | None,
-    fragment_sync_delay: int | None,
-    max_fragment_sync_delay: int | None,
-    candidates: Sequence[int] = SYNC_EVERY_CANDIDATES,
-) -> SettingsChoice:
-    needed = _zero_blocking_hint(
-        sync_every,
-        step_s,
-        all_reduce,
-        max_fragments,
-        fragments,
-        fragment_sync_delay,
-        max_fragment_sync_delay,
-        candidates,
-    )
-    pinned = (
-        " with the fixed fragments/delay"
-        if fragments is not None or fragment_sync_delay is not None
-        else ""
-    )
-    rails = (
-        f" (fragmentSyncDelay ≤ {max_fragment_sync_delay})"
-        if max_fragment_sync_delay is not None and fragment_sync_delay is None
-        else ""
-    )
-    hints = []
-    if needed is not None:
-        hints.append(
-            f"syncEvery ≥ {needed} would allow zero blocking{pinned}"
-            + (f" with fragmentSyncDelay ≤ {max_fragment_sync_delay}" if rails else "")
-        )
-    if fragment_sync_delay is None and max_fragment_sync_delay is not None:
-        tau_needed = _delay_hint(sync_every, step_s, all_reduce, max_fragments, fragments)
-        if tau_needed is not None:
-            hints.append(f"fragmentSyncDelay {tau_needed} would at syncEvery {sync_every}")
-    hint = " or ".join(hints) or (
-        f"no syncEvery up to {HINT_SYNC_EVERY_CANDIDATES[-1]} allows zero blocking{pinned}"
-    )
-    return SettingsChoice(
-        sync_every,
-        f,
-        tau,
-        blocking,
-        False,
-        needed,
-        f"no zero-blocking settings at syncEvery {sync_every}{rails}; least blocking is "
-        f"{f} fragment(s), delay {tau} ({blocking:.3g} s per outer step); {hint}",
-    )
+    return search.at(sync_every)
 
 
 def choose_sync_every(
@@ -357,47 +298,7 @@ def choose_sync_every(
     """``sync_every: auto`` for Streaming DiLoCo (see the module docstring): the smallest
     candidate H ≤ ``max_sync_every`` with zero blocking; else the settings with the least
     ``(blocking + outer_step_s) / H``."""
-    hs = (
-        sorted(candidates)
-        if max_sync_every is None
-        else sync_every_candidates(max_sync_every, candidates)
-    )
-    best: tuple[float, int, int, int, float] | None = None  # overhead, H, F, τ, blocking
-    for h in hs:
-        if fragments is not None and torchft_violation(h, fragments) is not None:
-            continue
-        options = _options(
-            h,
-            step_s,
-            all_reduce,
-            max_fragments,
-            fragments,
-            fragment_sync_delay,
-            max_fragment_sync_delay,
-        )
-        if any(blocking <= BLOCKING_EPSILON_S for blocking, _, _ in options):
-            return search_settings(
-                h,
-                step_s,
-                all_reduce,
-                max_fragments,
-                fragments,
-                fragment_sync_delay,
-                max_fragment_sync_delay=max_fragment_sync_delay,
-            )
-        if options:
-            blocking, f, tau = min(options, key=lambda o: (o[0], o[1], o[2]))
-            key = ((blocking + outer_step_s) / h, h, f, tau, blocking)
-            if best is None or key[:4] < best[:4]:
-                best = key
-    if best is None:
-        raise _no_candidate(hs, max_fragments, fragments, fragment_sync_delay)
-    _, h, f, tau, blocking = best
-    return _blocking_choice(
-        h,
-        f,
-        tau,
-        blocking,
+    search = _Search(
         step_s,
         all_reduce,
         max_fragments,
@@ -406,6 +307,27 @@ def choose_sync_every(
         max_fragment_sync_delay,
         candidates,
     )
+    hs = (
+        sorted(candidates)
+        if max_sync_every is None
+        else sync_every_candidates(max_sync_every, candidates)
+    )
+    best: tuple[float, int, int, int, float] | None = None  # overhead, H, F, τ, blocking
+    for h in hs:
+        if not search.fits(h):
+            continue
+        options = search.options(h)
+        if any(blocking <= BLOCKING_EPSILON_S for blocking, _, _ in options):
+            return search.at(h)
+        if options:
+            blocking, f, tau = min(options, key=lambda o: (o[0], o[1], o[2]))
+            key = ((blocking + outer_step_s) / h, h, f, tau, blocking)
+            if best is None or key[:4] < best[:4]:
+                best = key
+    if best is None:
+        raise search.no_candidate(hs)
+    _, h, f, tau, blocking = best
+    return search.blocking_choice(h, f, tau, blocking)
 
 
 def choose_blocking_sync_every(
