@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import sys
@@ -76,6 +77,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="intra-op threads per rank (default 1 on CPU: far steadier; 0 = torch's)",
     )
     g.add_argument(
+        "--max-memory-gib",
+        type=float,
+        help="CPU: budget for this process's peak memory; catalog shapes, batches and "
+        "validation models that would not fit are not run (default 5 for --scale full)",
+    )
+    g.add_argument(
         "--timeout",
         type=float,
         default=600.0,
@@ -129,6 +136,14 @@ def _check(args: argparse.Namespace) -> None:
         raise UsageError(f"--threads: must be ≥ 0 (got {args.threads})")
     if args.timeout <= 0:
         raise UsageError(f"--timeout: must be > 0 (got {args.timeout})")
+    if args.max_memory_gib is not None:
+        if not (math.isfinite(args.max_memory_gib) and args.max_memory_gib >= 1):
+            raise UsageError(f"--max-memory-gib: must be ≥ 1 (got {args.max_memory_gib})")
+        if args.device == "cuda":
+            raise UsageError(
+                "--max-memory-gib: bounds a CPU run; on a GPU the batch sweep stops at "
+                "out-of-memory"
+            )
     if args.gpu is not None:
         if args.device == "cpu":
             raise UsageError("--gpu: describes a GPU; it cannot describe --device cpu")
@@ -223,12 +238,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         import torch
 
         from shardmeter_bench import pipeline
-        from shardmeter_bench.device import check_device, keep_freed_memory
+        from shardmeter_bench.device import check_device
         from shardmeter_bench.distributed import DistContext
 
         device_type = _resolve_device(args.device)
-        if device_type == "cpu":
-            logs.get_logger().debug("cpu_allocator", keep_freed_memory=keep_freed_memory())
         threads = args.threads if args.threads is not None else (1 if device_type == "cpu" else 0)
         if threads:
             torch.set_num_threads(threads)
@@ -254,6 +267,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             timeout_s=args.timeout,
             precision=args.precision,
             coefficients=args.coefficients,
+            max_memory_gib=args.max_memory_gib,
             argv=tuple(raw),
         )
         result = pipeline.run(cfg, ctx)

@@ -27,11 +27,6 @@ CPU_NOMINAL_WATTS_PER_THREAD = 10.0
 PROBE_HEADROOM = 1.05
 
 
-_GLIBC_M_TRIM_THRESHOLD = -1
-_GLIBC_M_MMAP_MAX = -4
-_GLIBC_M_ARENA_MAX = -8
-
-
 @functools.cache
 def _glibc() -> Any:
     """This process's glibc through ctypes, or None (another libc, or not loadable)."""
@@ -45,35 +40,12 @@ def _glibc() -> Any:
         return None
 
 
-def keep_freed_memory() -> bool:
-    """Make glibc's malloc behave like a caching allocator for this process (CPU runs only).
-
-    A GPU's caching allocator hands a freed block to the next tensor of that size, so weight
-    gradients, the dense embedding gradient and the tied-weight sum cost what their kernels
-    cost. glibc instead serves multi-MiB blocks with ``mmap`` and unmaps them when freed, so on
-    a CPU every iteration page-faults its gradient buffers afresh: measured here, that doubled
-    and randomised the backward pass of full-width models (Gemma-2B: 13 s instead of 4.3 s)
-    with a cost in *parameters*, which no compute feature (all in tokens) can absorb. Serving
-    everything from the heap (``M_MMAP_MAX=0``), never trimming it (``M_TRIM_THRESHOLD``) and
-    keeping one arena makes the second iteration onwards fault-free. The price: the process
-    keeps its peak memory until `release_freed_memory` is called (after each shape and model,
-    and before spawning ranks). ``SHARDMETER_BENCH_KEEP_HEAP=0`` turns this off.
-    Returns whether it was applied (glibc only)."""
-    if os.environ.get("SHARDMETER_BENCH_KEEP_HEAP", "1") == "0":
-        return False
-    libc = _glibc()
-    if libc is None:
-        return False
-    ok = libc.mallopt(_GLIBC_M_MMAP_MAX, 0) == 1
-    ok &= libc.mallopt(_GLIBC_M_TRIM_THRESHOLD, -1) == 1  # -1 → SIZE_MAX: never trim
-    ok &= libc.mallopt(_GLIBC_M_ARENA_MAX, 1) == 1
-    return bool(ok)
-
-
 def release_freed_memory() -> bool:
-    """Hand the heap's free pages back to the OS (``malloc_trim``), once a phase that grew it
-    is over — e.g. before spawning ranks, which would otherwise find the host's memory held
-    by this process's idle heap (`keep_freed_memory` never trims on its own). glibc only;
+    """Hand the heap's free pages back to the OS (``malloc_trim``) once a phase is over —
+    after each shape and model, and before spawning ranks — so what the next one needs is
+    free. The allocator is otherwise left as a training process has it (glibc's defaults:
+    large blocks are mapped and unmapped, so every iteration page-faults its fresh gradient
+    buffers, a cost in parameters the ``p_block``/``v_h`` features carry). glibc only;
     returns whether anything was released."""
     libc = _glibc()
     if libc is None:
@@ -112,7 +84,7 @@ def is_oom(exc: BaseException) -> bool:
 
 def release_memory(device: torch.device) -> None:
     """After a model is dropped: collect it and give its memory back (the CUDA cache, or on a
-    CPU the heap `keep_freed_memory` keeps) so the next shape or the next ranks can use it."""
+    CPU the heap's free pages) so the next shape or the next ranks can use it."""
     import gc
 
     gc.collect()
@@ -120,6 +92,16 @@ def release_memory(device: torch.device) -> None:
         torch.cuda.empty_cache()
     else:
         release_freed_memory()
+
+
+def compute_clock(device: torch.device) -> Callable[[], float]:
+    """The clock compute is timed with: on a CPU running one intra-op thread, this thread's
+    CPU time (user + system, page faults included), which other processes on a shared host
+    cannot inflate by taking the core — the wall time a dedicated host would show; otherwise
+    (GPUs, several threads) the wall clock. Fit and validation use the same clock."""
+    if device.type == "cpu" and torch.get_num_threads() == 1:
+        return time.thread_time
+    return time.perf_counter
 
 
 def best_seconds(fn: Callable[[], object], device: torch.device, repeats: int) -> float:

@@ -174,10 +174,8 @@ def _worker(
     log_json: bool | None,
 ) -> None:
     from shardmeter_bench import logs
-    from shardmeter_bench.device import keep_freed_memory
 
     if device_type == "cpu":
-        keep_freed_memory()
         pin_to_core(index)
     os.environ.update(
         MASTER_ADDR="127.0.0.1",
@@ -268,8 +266,7 @@ def spawn(
 
     from shardmeter_bench.device import release_freed_memory
 
-    # This process's heap may still hold a phase's peak (`keep_freed_memory`); the new ranks
-    # need that memory.
+    # This process's heap may still hold free pages of a phase's peak; the new ranks need them.
     release_freed_memory()
     with tempfile.TemporaryDirectory(prefix="shardmeter-bench-") as folder:
         port = free_port()

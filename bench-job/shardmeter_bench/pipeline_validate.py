@@ -1,5 +1,6 @@
 """The ``validate`` phase of a run: Hugging Face models on this rank (split across ranks
-under a launcher), then FSDP2 steps and collectives on all ranks, then — on rank 0 — the
+under a launcher; the unseen ones already measured when they were interleaved with the
+catalog), then FSDP2 steps and collectives on all ranks, then — on rank 0 — the
 predictions and the report."""
 
 from __future__ import annotations
@@ -14,8 +15,15 @@ from shardmeter_bench import distributed
 from shardmeter_bench.distributed import DistContext
 from shardmeter_bench.fsdp_step import DistributedValidation, distributed_validation_phase
 from shardmeter_bench.logs import get_logger
-from shardmeter_bench.pipeline import RunConfig, comm_ranks, validation_comm_plan
+from shardmeter_bench.pipeline import (
+    Interleaved,
+    RunConfig,
+    comm_ranks,
+    unseen_share,
+    validation_comm_plan,
+)
 from shardmeter_bench.report import build_report
+from shardmeter_bench.unseen import unseen_cases
 from shardmeter_bench.validate import (
     ModelResult,
     attach_predictions,
@@ -23,6 +31,7 @@ from shardmeter_bench.validate import (
     measure_models,
     predict_step,
     validation_cases,
+    within_budget,
 )
 
 log = get_logger(__name__)
@@ -34,13 +43,23 @@ def run_validation(
     device: torch.device,
     doc: CoefficientsDocument | None,
     meta: dict[str, Any],
+    truth: Interleaved | None = None,
 ) -> dict[str, Any] | None:
-    cases = validation_cases(cfg.scale, cfg.device_type)
-    mine = cases[ctx.rank :: ctx.world_size] if ctx.launched else cases
-    log.info("validation_started", models=len(mine))
-    rows = measure_models(mine, device, cfg.dtype, cfg.repeats, cfg.seed)
+    presets, left_out = within_budget(
+        validation_cases(cfg.scale, cfg.device_type), cfg.max_process_bytes, cfg.element_bytes
+    )
+    truth = truth or unseen_share(cfg, ctx)
+    mine = presets[ctx.rank :: ctx.world_size] if ctx.launched else presets
+    log.info("validation_started", models=len(mine) + len(truth.cases))
+    rows = truth.rows if truth.measured else measure_models(
+        truth.cases, device, cfg.dtype, cfg.repeats, cfg.seed
+    )
+    rows = rows + measure_models(mine, device, cfg.dtype, cfg.repeats, cfg.seed)
     gathered = distributed.gather_to_main(rows, ctx) or []
     all_rows = [r for part in gathered for r in part]
+    cases = presets + unseen_cases(cfg.scale)
+    meta["left_out"] = left_out + truth.left_out
+    meta["interleaved"] = truth.measured
 
     steps: list[dict[str, Any]] = []
     collectives = []
