@@ -184,8 +184,9 @@ def _draw(rng: np.random.Generator, scale: ScaleRange, index: int) -> Shape | No
     group = int(rng.choice(scale.kv_groups))
     step = max(group, 1)  # grouped-query: heads a multiple of the group
     target = float(np.exp(rng.uniform(np.log(scale.hidden[0]), np.log(scale.hidden[1]))))
+    fewest = max(scale.heads[0], 2 * group)  # grouped-query keeps ≥ 2 key/value heads
     heads = round(target / head_dim / step) * step
-    heads = min(max(heads, math.ceil(scale.heads[0] / step) * step), scale.heads[1] // step * step)
+    heads = min(max(heads, math.ceil(fewest / step) * step), scale.heads[1] // step * step)
     if not (scale.heads[0] <= heads and scale.hidden[0] <= heads * head_dim <= scale.hidden[1]):
         return None
     kv = 1 if group == MQA else heads // group

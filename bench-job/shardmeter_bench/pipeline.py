@@ -175,9 +175,7 @@ def _profile(
 
         def after_shape(k: int) -> None:
             for j in schedule.get(k, []):
-                truth.rows += measure_case(
-                    truth.cases[j], device, cfg.dtype, cfg.repeats, cfg.seed
-                )
+                truth.rows += measure_case(truth.cases[j], device, cfg.dtype, cfg.repeats, cfg.seed)
 
         truth.measured = True
     part = profile_catalog(mine, scale, device, cfg.dtype, cfg.repeats, cfg.seed, after_shape)
@@ -274,9 +272,7 @@ def run(cfg: RunConfig, ctx: DistContext) -> RunResult:
         if cfg.mode == "validate":
             truth = unseen_share(cfg, ctx)
         if cfg.measures:
-            compute = (
-                _profile(cfg, ctx, device, truth) if cfg.mode != "comm" else ComputeResult()
-            )
+            compute = _profile(cfg, ctx, device, truth) if cfg.mode != "comm" else ComputeResult()
             comm = _comm(cfg, ctx, notes) if cfg.mode != "compute" else []
             if ctx.is_main:
                 result = _fit_and_publish(cfg, gpu, compute, comm, notes)

@@ -51,8 +51,10 @@ def run_validation(
     truth = truth or unseen_share(cfg, ctx)
     mine = presets[ctx.rank :: ctx.world_size] if ctx.launched else presets
     log.info("validation_started", models=len(mine) + len(truth.cases))
-    rows = truth.rows if truth.measured else measure_models(
-        truth.cases, device, cfg.dtype, cfg.repeats, cfg.seed
+    rows = (
+        truth.rows
+        if truth.measured
+        else measure_models(truth.cases, device, cfg.dtype, cfg.repeats, cfg.seed)
     )
     rows = rows + measure_models(mine, device, cfg.dtype, cfg.repeats, cfg.seed)
     gathered = distributed.gather_to_main(rows, ctx) or []
