@@ -7,7 +7,8 @@ key/value heads cover what real models use — multi-head (kv = heads: GPT-2, Py
 Gemma-2B, Falcon) — not only Table I's 4–8, because a fit that never saw kv = heads
 over-predicted multi-head models by ~15 %. Head widths are the ones real models use (64, 80,
 96, 128, 256). ``full`` on a CPU draws the same kinds of shapes at the widths a CPU can
-profile (hidden 384–3072), under a memory budget. ``small`` is a CPU range for tests and
+profile (hidden 256–2560), under a memory budget. A quarter of the shapes tie the LM head
+to the embedding, as many small models do. ``small`` is a CPU range for tests and
 quick runs. The same ``seed`` always gives the same shapes; ``configs`` caps how many (the
 paper uses at most 200); ``exclude`` keeps the validation architectures out.
 
@@ -63,6 +64,9 @@ class ScaleRange:
     default_configs: int
     max_iteration_flops: float | None = None
     """CPU only: cap on one profiled iteration's FLOPs (seq fallback and batch doubling)."""
+    tied_fraction: float = 0.25
+    """Share of shapes whose LM head shares the embedding's matrix (Llama-3.2, Gemma,
+    Qwen2.5-0.5B and SmolLM do)."""
     max_process_bytes: float | None = None
     """CPU only: budget for the profiling process's peak memory (`footprint.process_bytes`);
     the compute run's measured peak RSS stays under it (`benchmarks/bench_compute_memory.py`)."""
@@ -111,9 +115,9 @@ FULL_CPU = ScaleRange(
     heads=(4, 32),
     head_dims=(64, 80, 96, 128),
     kv_groups=FULL_GPU.kv_groups,
-    hidden=(384, 2560),
+    hidden=(256, 2560),
     layers=FULL_GPU.layers,
-    intermediate=(768, 12288),
+    intermediate=(640, 12288),
     intermediate_ratio=(2.5, 6.0),
     vocab=(32000, 32768, 49152, 50304, 64000, 100352, 128256),
     gpus=FULL_GPU.gpus,
@@ -122,7 +126,7 @@ FULL_CPU = ScaleRange(
     max_batch=8,
     max_tokens=1024,
     blocks_per_model=1,
-    default_configs=20,
+    default_configs=24,
     max_iteration_flops=160e9,
     max_process_bytes=5.0 * 2**30,
 )
@@ -201,6 +205,7 @@ def _draw(rng: np.random.Generator, scale: ScaleRange, index: int) -> Shape | No
     layers = int(rng.integers(scale.layers[0], scale.layers[1] + 1))
     seq_len = int(rng.choice(scale.seq_lens))
     gpus = int(rng.integers(scale.gpus[0], scale.gpus[1] + 1))
+    tied = bool(rng.random() < scale.tied_fraction)
     vocab_draw = rng.permutation(len(scale.vocab))
     spec = None
     for k in vocab_draw:  # the first vocabulary (in drawn order) that fits the budget
@@ -212,7 +217,7 @@ def _draw(rng: np.random.Generator, scale: ScaleRange, index: int) -> Shape | No
             num_key_value_heads=kv,
             intermediate_size=inter_int,
             vocab_size=int(scale.vocab[k]),
-            tie_embeddings=False,
+            tie_embeddings=tied,
         )
         if _fits(scale, candidate, 1, min(scale.seq_lens)):
             spec = candidate

@@ -17,6 +17,7 @@ feature        value                      what it stands for
 ``t_v``        t · V                      softmax / cross-entropy over the vocabulary
 ``v_h``        V · h                      embedding/LM-head weights and their gradient buffer
 ``p_block``    block matmul weights       a block's weights and weight-gradient buffers
+``v_h_tied``   V · h if tied, else 0      summing a tied matrix's embedding and head gradients
 ``p_local``    parameters per rank        optimizer step (memory bound)
 ``one``        1                          launch overhead
 =============  =========================  ===============================================
@@ -53,7 +54,7 @@ CANDIDATE_FEATURES: dict[Target, tuple[str, ...]] = {
     Target.BLOCK_FORWARD: _BLOCK,
     Target.BLOCK_BACKWARD: _BLOCK,
     Target.EMBEDDING_FORWARD: ("t_h", "one"),
-    Target.EMBEDDING_BACKWARD: ("t_h", "v_h", "one"),
+    Target.EMBEDDING_BACKWARD: ("t_h", "v_h", "one", "v_h_tied"),
     Target.HEAD_FORWARD: ("t_h_v", "t_v", "t_h", "one", "v_h"),
     Target.HEAD_BACKWARD: ("t_h_v", "t_v", "t_h", "one", "v_h"),
     Target.OPTIMIZER_STEP: ("p_local", "one"),
@@ -77,6 +78,7 @@ def feature_values(
         "t_h_v": t * h * v,
         "t_v": t * v,
         "v_h": v * h,
+        "v_h_tied": v * h if spec.tie_embeddings else 0.0,
         "p_block": float(spec.matmul_params_per_block),
         "p_local": float(params_local),
         "one": 1.0,
