@@ -143,3 +143,15 @@ def test_scale_range_by_device() -> None:
     assert scale_range("full", "cuda") is FULL_GPU
     with pytest.raises(ValueError):
         scale_range("huge", "cpu")
+
+
+def test_max_memory_gib_is_the_cpu_budget_only() -> None:
+    from shardmeter_bench.pipeline import RunConfig
+
+    cpu = RunConfig(mode="compute", device_type="cpu", scale="full", max_memory_gib=3.0)
+    assert cpu.scale_range.max_process_bytes == 3.0 * 2**30
+    assert cpu.max_process_bytes == 3.0 * 2**30
+    default = RunConfig(mode="compute", device_type="cpu", scale="full")
+    assert default.scale_range is FULL_CPU and default.max_process_bytes == 5.0 * 2**30
+    gpu = RunConfig(mode="compute", device_type="cuda", scale="full", max_memory_gib=3.0)
+    assert gpu.scale_range is FULL_GPU and gpu.max_process_bytes is None

@@ -14,7 +14,7 @@ import yaml
 
 from shardmeter.cost.coefficients import COLLECTIVES, CoefficientsDocument, LinkRole, Source
 from shardmeter.cost.features import Target, feature_values
-from shardmeter.spec.model import MODEL_PRESETS
+from shardmeter.spec.model import MODEL_PRESETS, TransformerSpec
 from shardmeter.spec.training import Precision
 
 HANG_GUARD_S = 600
@@ -142,3 +142,43 @@ def test_two_node_torchrun_launch_as_the_operator_starts_it(tmp_path: Path) -> N
         inter = doc.communication[LinkRole.INTER_NODE][collective]
         assert inter.n_samples > 0 and inter.seconds_per_byte > 0
         assert doc.communication[LinkRole.INTRA_NODE][collective].n_samples == 0  # 1 GPU/node
+
+
+@pytest.mark.slow
+def test_validate_quick_run_measures_unseen_architectures_between_catalog_shapes(
+    tmp_path: Path,
+) -> None:
+    """``validate --scale small``: the unseen Llama models are measured between the catalog's
+    shapes (the events say so, in that order), none of them is a catalog architecture, and the
+    report carries every (model, size) point with its median and maximum error."""
+    from shardmeter_bench.catalog import architecture_key
+    from shardmeter_bench.unseen import unseen_cases
+
+    run = _run(
+        "-m", "shardmeter_bench", "validate", "--device", "cpu", "--scale", "small",
+        "--configs", "6", "--ranks", "2", "--out", str(tmp_path / "c.json"),
+        "--report-dir", str(tmp_path / "report"), "--log-format", "json",
+        cwd=tmp_path, timeout=HANG_GUARD_S,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    events = [json.loads(line) for line in run.stderr.splitlines() if line.startswith("{")]
+    order = [e["event"] for e in events if e["event"] in ("shape_done", "model_validated")]
+    cases = unseen_cases("small")
+    # 6 shapes, 3 models: one model after every second shape, before the fit
+    assert order[:9] == ["shape_done", "shape_done", "model_validated"] * 3
+    names = [e["model"] for e in events if e["event"] == "model_validated"]
+    assert names[:3] == [c.key for c in cases]
+
+    report = json.loads((tmp_path / "report" / "validation.json").read_text())
+    assert report["meta"]["interleaved"] is True
+    unseen = report["unseen"]
+    assert [(p["model"], p["micro_batch"], p["seq_len"]) for p in unseen["points"]] == [
+        (c.key, b, s) for c in cases for b, s in c.sizes
+    ]
+    errors = [p["fwd_error"] for p in unseen["points"]]
+    assert unseen["fwd_max"] == max(errors) and min(errors) <= unseen["fwd_median"]
+    assert all(p["fwd_measured_s"] > 0 and p["bwd_measured_s"] > 0 for p in unseen["points"])
+    doc = CoefficientsDocument.read(tmp_path / "c.json")
+    seen = {architecture_key(TransformerSpec.model_validate(s.model)) for s in doc.samples.compute}
+    assert not seen & {architecture_key(c.spec) for c in cases}
+    assert "| unseen, 6 points | median | max |" in run.stdout

@@ -96,6 +96,26 @@ def test_without_the_guard_block0_backward_hook_fires_early() -> None:
     assert _median(prof, "block0", "bwd") < 0.2 * _median(prof, "block1", "bwd")
 
 
+def test_tied_embedding_backward_carries_the_gradient_sum() -> None:
+    """A tied LM head shares the embedding's matrix (one parameter, as Hugging Face ties it);
+    autograd sums the two V·h gradients inside the embedding's backward range."""
+    wide = SPEC.model_copy(update={"vocab_size": 32768})
+    tied_spec = wide.model_copy(update={"tie_embeddings": True})
+    untied, tied = UnitModel(wide, blocks=1), UnitModel(tied_spec, blocks=1)
+    assert tied.head.lm_head.weight is tied.embedding.weight
+    assert (
+        sum(p.numel() for p in tied.parameters())
+        == sum(p.numel() for p in untied.parameters()) - wide.vocab_size * wide.hidden_size
+    )
+    seconds = {}
+    for name, model in (("untied", untied), ("tied", tied)):
+        init_weights(model, seed=0)
+        prof = profile_shape(model, micro_batch=1, seq_len=32, repeats=5, measure_memory=False)
+        assert len(prof.raw[Target.EMBEDDING_BACKWARD]) == 5  # one range per iteration
+        seconds[name] = prof.seconds[Target.EMBEDDING_BACKWARD]
+    assert seconds["tied"] > 1.3 * seconds["untied"]
+
+
 def test_peak_memory_grows_with_the_batch() -> None:
     model = _model()
     small = profile_shape(model, micro_batch=1, seq_len=32, repeats=3).peak_bytes

@@ -20,8 +20,14 @@ from shardmeter.cost.coefficients import (
     Source,
 )
 from shardmeter.cost.features import CANDIDATE_FEATURES, Target, feature_values
-from shardmeter.cost.fitting import calibrate_memory, fit_coefficients, fit_compute_target, refit
-from shardmeter.cost.floors import FLOPS_PER_UNIT, lower_bounds
+from shardmeter.cost.fitting import (
+    calibrate_memory,
+    fit_coefficients,
+    fit_compute,
+    fit_compute_target,
+    refit,
+)
+from shardmeter.cost.floors import FLOPS_PER_UNIT, demonstrated_flop_per_s, lower_bounds
 from shardmeter.cost.memory import activation_bytes_per_token
 from shardmeter.cost.priors import prior_coefficients
 from shardmeter.cost.regression import ring_seconds
@@ -349,3 +355,23 @@ def test_bad_documents_name_the_problem(tmp_path: Path) -> None:
     bad.write_text("{nope")
     with pytest.raises(SpecError, match="not valid JSON"):
         CoefficientsDocument.read(bad)
+
+
+def test_a_peak_the_samples_beat_is_no_floor() -> None:
+    """A CPU's peak comes from a probe, which a busy host once read 2.5× low; floors at such
+    a peak would force every prediction slow. Samples faster than the stated peak prove it
+    wrong: the fit then keeps coefficients non-negative only, and says why."""
+    target = Target.BLOCK_FORWARD
+    flops = FLOPS_PER_UNIT[target]
+    truth = {f: flops[f] / (0.8 * PEAK) for f in flops} | {"one": 1e-4}
+    samples = batch_sweeps(truth, target, 8, seed=7)
+    demonstrated = demonstrated_flop_per_s(samples)
+    assert 0.7 * PEAK < demonstrated < 0.8 * PEAK  # a lower bound of what ran
+    low = GPU.model_copy(update={"peak_bf16_flop_per_s": 0.4 * PEAK})
+    fits, notes = fit_compute(samples, low, Precision.BF16)
+    assert any("the peak is wrong, so no FLOP floor" in n for n in notes)
+    assert fits[target].floors == {}
+    for feature, value in truth.items():
+        assert fits[target].coefficients[feature] == pytest.approx(value, rel=0.01), feature
+    fits, notes = fit_compute(samples, GPU, Precision.BF16)
+    assert not any("peak is wrong" in n for n in notes) and fits[target].floors

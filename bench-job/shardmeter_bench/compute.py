@@ -17,7 +17,13 @@ from shardmeter.cost.features import Target
 from shardmeter.spec.model import TransformerSpec
 from shardmeter_bench.blocks import UnitModel, init_weights
 from shardmeter_bench.catalog import ScaleRange, Shape, batch_sweep
-from shardmeter_bench.device import compute_clock, is_oom, release_memory, synchronize
+from shardmeter_bench.device import (
+    compute_clock,
+    is_oom,
+    peak_rss_bytes,
+    release_memory,
+    synchronize,
+)
 from shardmeter_bench.logs import get_logger, progress
 from shardmeter_bench.profiling import profile_shape
 
@@ -200,6 +206,7 @@ def profile_catalog(
             of=len(shapes),
             samples=len(one.compute),
             elapsed_s=round(time.perf_counter() - started, 1),
+            peak_rss_gib=round(peak_rss_bytes() / 2**30, 2),
         )
         if after_shape is not None:
             after_shape(k)

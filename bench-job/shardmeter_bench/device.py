@@ -53,6 +53,17 @@ def release_freed_memory() -> bool:
     return bool(libc.malloc_trim(0))
 
 
+def peak_rss_bytes() -> int:
+    """This process's peak resident memory so far (the kernel's ``ru_maxrss``; 0 where the
+    platform has none), logged after every shape and model to see what a budget must hold."""
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - not on Linux
+        return 0
+    scale = 1 if platform.system() == "Darwin" else 1024  # bytes on macOS, KiB on Linux
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * scale
+
+
 def check_device(device_type: str) -> None:
     """Fail early and clearly when ``--device cuda`` cannot be honoured."""
     if device_type == "cuda" and not torch.cuda.is_available():
@@ -105,14 +116,18 @@ def compute_clock(device: torch.device) -> Callable[[], float]:
 
 
 def best_seconds(fn: Callable[[], object], device: torch.device, repeats: int) -> float:
+    """Fastest of ``repeats`` calls after one warm-up, on `compute_clock` (a probe timed on
+    the wall clock of a loaded host read 48 GFLOP/s for a 117 GFLOP/s core, and the fit's
+    FLOP floors would then have forced every prediction 2× too slow)."""
+    clock = compute_clock(device)
     fn()
     synchronize(device)
     best = float("inf")
     for _ in range(repeats):
-        start = time.perf_counter()
+        start = clock()
         fn()
         synchronize(device)
-        best = min(best, time.perf_counter() - start)
+        best = min(best, clock() - start)
     return best
 
 

@@ -19,10 +19,11 @@ from shardmeter.cost.coefficients import (
 )
 from shardmeter.cost.features import Target
 from shardmeter.cost.fitting import fit_coefficients
-from shardmeter.cost.floors import FLOPS_PER_UNIT
+from shardmeter.cost.floors import FLOPS_PER_UNIT, demonstrated_flop_per_s
 from shardmeter.spec.hardware import GPUSpec, LinkSpec
 from shardmeter.spec.training import Precision
 from shardmeter_bench import __version__
+from shardmeter_bench.device import PROBE_HEADROOM
 
 CONFIGMAP_LIMIT_BYTES = 1_000_000
 """Kubernetes rejects objects over ~1 MiB; leave room for metadata."""
@@ -63,6 +64,9 @@ def fit(
     device_type: str,
     notes: Sequence[str] = (),
 ) -> CoefficientsDocument:
+    if device_type == "cpu":
+        gpu, raised = probed_peak_at_least_demonstrated(gpu, precision, compute)
+        notes = [*notes, *raised]
     doc = fit_coefficients(
         gpu=gpu,
         precision=precision,
@@ -77,6 +81,26 @@ def fit(
     if notes:
         doc = doc.model_copy(update={"notes": [*notes, *doc.notes]})
     return doc
+
+
+def probed_peak_at_least_demonstrated(
+    gpu: GPUSpec, precision: Precision, compute: Sequence[ComputeSample]
+) -> tuple[GPUSpec, list[str]]:
+    """A CPU's peak comes from a probe; if a profiled sample demonstrates a higher rate
+    (`floors.demonstrated_flop_per_s`), the probe read low (a busy host) and the peak is
+    raised to that rate with the probe's headroom — else the fit's FLOP floors and the cost
+    model's roofline guard would both force predictions slow."""
+    demonstrated = demonstrated_flop_per_s(compute) * PROBE_HEADROOM
+    field = "peak_bf16_flop_per_s" if precision is Precision.BF16 else "peak_fp32_flop_per_s"
+    probed = getattr(gpu, field)
+    if demonstrated <= probed:
+        return gpu, []
+    note = (
+        f"device: the {precision.value} peak probe read {probed / 1e9:.1f} GFLOP/s but a "
+        f"profiled unit ran at {demonstrated / PROBE_HEADROOM / 1e9:.1f}; peak set to "
+        f"{demonstrated / 1e9:.1f} (+{(PROBE_HEADROOM - 1) * 100:.0f} % headroom)"
+    )
+    return gpu.model_copy(update={field: demonstrated}), [note]
 
 
 def without_samples(doc: CoefficientsDocument, reason: str) -> CoefficientsDocument:

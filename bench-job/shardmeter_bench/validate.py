@@ -24,7 +24,7 @@ from shardmeter.sim.fsdp import FSDPDurations, simulate_fsdp_step
 from shardmeter.spec.hardware import PoolSpec
 from shardmeter.spec.model import MODEL_PRESETS, MLPKind, NormKind, TransformerSpec
 from shardmeter.spec.training import TrainingSpec
-from shardmeter_bench.device import compute_clock, release_memory, synchronize
+from shardmeter_bench.device import compute_clock, peak_rss_bytes, release_memory, synchronize
 from shardmeter_bench.footprint import process_bytes
 from shardmeter_bench.hf_models import build_hf_model
 from shardmeter_bench.logs import get_logger, progress
@@ -261,7 +261,12 @@ def measure_case(
     finally:
         del model
         release_memory(device)
-    log.info("model_validated", model=case.key, elapsed_s=round(time.perf_counter() - started, 1))
+    log.info(
+        "model_validated",
+        model=case.key,
+        elapsed_s=round(time.perf_counter() - started, 1),
+        peak_rss_gib=round(peak_rss_bytes() / 2**30, 2),
+    )
     return rows
 
 

@@ -24,7 +24,7 @@ from shardmeter.cost.coefficients import (
     Source,
 )
 from shardmeter.cost.features import CANDIDATE_FEATURES, Target, design_row
-from shardmeter.cost.floors import lower_bounds
+from shardmeter.cost.floors import demonstrated_flop_per_s, lower_bounds
 from shardmeter.cost.memory import activation_bytes_per_token
 from shardmeter.cost.priors import compute_priors, link_prior
 from shardmeter.cost.regression import RelativeNNLSRegressor, RingCollectiveRegressor
@@ -95,15 +95,26 @@ def fit_compute(
     cv: int = 5,
     random_state: int = 0,
 ) -> tuple[dict[Target, LinearFit], list[str]]:
-    """Fit every target with enough samples (coefficients floored at the GPU's peak FLOP/s
-    for ``precision``); the rest fall back to datasheet priors (noted)."""
+    """Fit every target with enough samples, FLOP coefficients floored at the GPU's peak
+    FLOP/s for ``precision``; the rest fall back to datasheet priors (noted). A peak the
+    samples themselves beat (a probe read on a busy host) is no bound: then the floors are
+    dropped and a note says why, rather than forcing every prediction slow."""
     by_target: dict[Target, list[ComputeSample]] = defaultdict(list)
     for s in samples:
         by_target[s.target].append(s)
     priors = compute_priors(gpu, precision)
-    peak = gpu.peak_flop_per_s(precision.value)
+    stated = gpu.peak_flop_per_s(precision.value)
+    demonstrated = demonstrated_flop_per_s(s for rows in by_target.values() for s in rows)
+    peak: float | None = stated
     fits: dict[Target, LinearFit] = {}
     notes: list[str] = []
+    if demonstrated > stated:
+        peak = None
+        notes.append(
+            f"compute: the samples ran at {demonstrated / 1e9:.1f} GFLOP/s, above the "
+            f"{gpu.name} peak of {stated / 1e9:.1f} — the peak is wrong, so no FLOP floor "
+            "is known and coefficients are only kept non-negative"
+        )
     for target in Target:
         rows = by_target.get(target, [])
         if len(rows) >= MIN_SAMPLES_PER_TARGET:

@@ -14,9 +14,11 @@ activation function, softmax, gradient buffers, the optimizer) have no FLOP floo
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
-from shardmeter.cost.features import Target
+from shardmeter.cost.coefficients import ComputeSample
+from shardmeter.cost.features import Target, feature_values
+from shardmeter.spec.model import TransformerSpec
 
 FLOPS_PER_UNIT: dict[Target, dict[str, float]] = {
     # t_h_q = t·h·q_dim covers Q and O (2 matrices × 2 FLOPs); t_h_kv likewise K and V;
@@ -39,3 +41,19 @@ def lower_bounds(
         raise ValueError(f"peak_flop_per_s must be > 0 (got {peak_flop_per_s})")
     flops = FLOPS_PER_UNIT.get(target, {})
     return [flops.get(f, 0.0) / peak_flop_per_s for f in feature_names]
+
+
+def executed_flops(sample: ComputeSample) -> float:
+    """The fewest FLOPs the sample's unit must have executed (0 for targets without)."""
+    flops = FLOPS_PER_UNIT.get(sample.target)
+    if not flops:
+        return 0.0
+    spec = TransformerSpec.model_validate(sample.model)
+    values = feature_values(spec, sample.micro_batch, sample.seq_len, sample.params_local)
+    return sum(n * values[f] for f, n in flops.items())
+
+
+def demonstrated_flop_per_s(samples: Iterable[ComputeSample]) -> float:
+    """The highest rate any sample proves the device reached (its executed FLOPs ÷ its
+    seconds, both lower bounds): the peak is at least this, whatever a probe said."""
+    return max((executed_flops(s) / s.seconds for s in samples), default=0.0)
