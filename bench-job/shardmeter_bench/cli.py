@@ -224,7 +224,9 @@ def fail(exc: BenchError, verbose: bool = False) -> int:
     return exc.code
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, exits_after: bool = False) -> int:
+    """Run the bench; ``exits_after``: the caller ends the process right after (``__main__``
+    under a launcher), so the process group is left to the process's end."""
     raw = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(raw)
     try:
@@ -268,6 +270,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             precision=args.precision,
             coefficients=args.coefficients,
             max_memory_gib=args.max_memory_gib,
+            exits_after=exits_after,
             argv=tuple(raw),
         )
         result = pipeline.run(cfg, ctx)

@@ -111,15 +111,20 @@ def init(ctx: DistContext, device_type: str, timeout_s: float) -> None:
         ) from exc
 
 
-def shutdown(synchronise: bool = False) -> None:
+def shutdown(synchronise: bool = False, destroy: bool = True) -> None:
     """Leave the process group. ``synchronise``: every rank reaches this point first; a rank
     that tears Gloo down while a peer still has a collective in flight aborts the peer
-    ("terminate called without an active exception")."""
+    ("terminate called without an active exception"). ``destroy=False`` only synchronises:
+    for a process about to end through `exit_now`, where tearing down Gloo's groups can abort
+    it ("free(): double free detected in tcache 2", seen here in about one torchrun launch in
+    three) after its work is done."""
     if dist.is_available() and dist.is_initialized():
         if synchronise:
             # A peer that already failed reports its own error; do not add a second one.
             with contextlib.suppress(dist.DistError, RuntimeError):
                 dist.barrier(group=control_group())
+        if not destroy:
+            return
         dist.destroy_process_group()
     _CONTROL["group"] = None
 

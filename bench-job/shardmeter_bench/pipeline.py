@@ -71,6 +71,8 @@ class RunConfig:
     coefficients: str | None = None
     max_memory_gib: float | None = None
     """CPU: budget for the process's peak memory (None: the scale's own)."""
+    exits_after: bool = False
+    """The process ends (through `distributed.exit_now`) once the run returns."""
     argv: tuple[str, ...] = ()
 
     @property
@@ -300,7 +302,9 @@ def run(cfg: RunConfig, ctx: DistContext) -> RunResult:
         return result
     finally:
         if ctx.launched:
-            distributed.shutdown(synchronise=True)
+            # a launched rank ends through `distributed.exit_now` (``__main__``): leave Gloo's
+            # groups to the process's end rather than tear them down
+            distributed.shutdown(synchronise=True, destroy=not cfg.exits_after)
 
 
 def unseen_share(cfg: RunConfig, ctx: DistContext) -> Interleaved:
