@@ -16,6 +16,7 @@ from shardmeter.cost.features import Target
 from shardmeter.spec.model import TransformerSpec
 from shardmeter_bench.blocks import UnitModel, init_weights
 from shardmeter_bench.compute import shard_sizes, time_optimizer_step
+from shardmeter_bench.device import MAX_REPEAT_FACTOR, timed_repeats
 from shardmeter_bench.profiling import profile_shape, range_seconds
 
 SPEC = TransformerSpec(
@@ -60,16 +61,26 @@ def test_every_unit_has_a_positive_time_in_every_profiled_iteration() -> None:
     prof = profile_shape(_model(), micro_batch=2, seq_len=32, repeats=repeats)
     assert set(prof.seconds) == UNIT_TARGETS
     assert all(v > 0 for v in prof.seconds.values())
-    # only the schedule's active steps (1..repeats) are recorded: warm-ups are not counted
-    assert {it for _, _, it in prof.ranges} == set(range(1, repeats + 1))
+    # only the timed iterations (1..n) are recorded: warm-ups are not counted; a unit this
+    # fast gets more than --repeats of them, up to MAX_REPEAT_FACTOR times as many
+    timed = max(it for _, _, it in prof.ranges)
+    assert repeats < timed <= MAX_REPEAT_FACTOR * repeats
+    assert {it for _, _, it in prof.ranges} == set(range(1, timed + 1))
     for unit in ("embedding", "block0", "block1", "head"):
         for phase in ("fwd", "bwd"):
-            for it in range(1, repeats + 1):
+            for it in range(1, timed + 1):
                 assert prof.ranges[(unit, phase, it)] > 0, (unit, phase, it)
-    assert len(prof.raw[Target.BLOCK_FORWARD]) == 2 * repeats  # both blocks, every repeat
-    assert len(prof.raw[Target.HEAD_BACKWARD]) == repeats
+    assert len(prof.raw[Target.BLOCK_FORWARD]) == 2 * timed  # both blocks, every iteration
+    assert len(prof.raw[Target.HEAD_BACKWARD]) == timed
     # a backward pass does about twice a forward pass's work
     assert prof.seconds[Target.BLOCK_BACKWARD] > prof.seconds[Target.BLOCK_FORWARD]
+
+
+def test_fast_units_get_more_timed_iterations() -> None:
+    assert timed_repeats(5, 1.0) == 5  # 5 × 1 s is steady enough
+    assert timed_repeats(5, 0.2) == 10  # 2 s of timed iterations
+    assert timed_repeats(5, 0.001) == MAX_REPEAT_FACTOR * 5  # but never more than 4×
+    assert timed_repeats(5, 0.0) == MAX_REPEAT_FACTOR * 5
 
 
 def test_block0_backward_is_timed_like_block1() -> None:
@@ -115,7 +126,8 @@ def test_tied_embedding_backward_carries_the_gradient_sum() -> None:
     for _ in range(2):
         for name, model in (("untied", untied), ("tied", tied)):
             prof = profile_shape(model, 1, 32, repeats=5, measure_memory=False)
-            assert len(prof.raw[Target.EMBEDDING_BACKWARD]) == 5  # one range per iteration
+            timed = max(it for _, _, it in prof.ranges)
+            assert len(prof.raw[Target.EMBEDDING_BACKWARD]) == timed  # one range per iteration
             seconds[name].append(prof.seconds[Target.EMBEDDING_BACKWARD])
     assert min(seconds["tied"]) > 1.3 * min(seconds["untied"])
 

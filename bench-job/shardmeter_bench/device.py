@@ -11,6 +11,7 @@ memory from the system RAM and memory bandwidth from a copy probe.
 from __future__ import annotations
 
 import functools
+import math
 import os
 import platform
 import time
@@ -113,6 +114,19 @@ def compute_clock(device: torch.device) -> Callable[[], float]:
     if device.type == "cpu" and torch.get_num_threads() == 1:
         return time.thread_time
     return time.perf_counter
+
+
+MIN_TIMED_S = 2.0
+"""Timed iterations of one measurement last at least this long together (fast shapes get
+more than ``--repeats``, up to `MAX_REPEAT_FACTOR` times as many): the median of 5 iterations
+of a 50 ms unit moved ±5 % from one measurement to the next on a shared host."""
+MAX_REPEAT_FACTOR = 4
+
+
+def timed_repeats(repeats: int, iteration_s: float) -> int:
+    """How many iterations to time: ``repeats``, or more for an iteration this short."""
+    wanted = math.ceil(MIN_TIMED_S / max(iteration_s, 1e-6))
+    return max(repeats, min(wanted, MAX_REPEAT_FACTOR * repeats))
 
 
 def best_seconds(fn: Callable[[], object], device: torch.device, repeats: int) -> float:

@@ -36,7 +36,7 @@ from torch.profiler import ProfilerActivity, profile, schedule
 
 from shardmeter.cost.features import Target
 from shardmeter_bench.blocks import UnitModel
-from shardmeter_bench.device import compute_clock, synchronize
+from shardmeter_bench.device import compute_clock, synchronize, timed_repeats
 
 RANGE_PREFIX = "shardmeter|"
 _TARGETS = {
@@ -205,7 +205,7 @@ def _memory_peak(model: UnitModel, step: Any, device: torch.device) -> float:
 def _clocked_iterations(
     model: UnitModel, step: Callable[[], None], recorder: RangeRecorder, repeats: int
 ) -> dict[tuple[str, str, int], float]:
-    """CPU: ``repeats`` timed iterations (1 … repeats) after the two warm-ups."""
+    """CPU: ``repeats`` timed iterations (1 … repeats) after the warm-ups."""
     recorder.seconds.clear()
     for k in range(1, repeats + 1):
         recorder.iteration = k
@@ -244,7 +244,8 @@ def profile_shape(
     seed: int = 0,
     measure_memory: bool = True,
 ) -> ShapeProfile:
-    """Warm up, measure peak memory once, then profile ``repeats`` training iterations."""
+    """Warm up, measure peak memory once, then profile ``repeats`` training iterations (on a
+    CPU more for a fast shape, `device.timed_repeats`)."""
     device = next(model.parameters()).device
     gen = torch.Generator(device="cpu").manual_seed(seed)
     vocab = model.spec.vocab_size
@@ -261,6 +262,10 @@ def profile_shape(
         peak = _memory_peak(model, step, device) if measure_memory else 0.0
         model.zero_grad(set_to_none=True)
         if clock is not None:
+            started = clock()
+            step()  # warm-up 2, timed: how many iterations make a steady median
+            model.zero_grad(set_to_none=True)
+            repeats = timed_repeats(repeats, clock() - started)
             ranges = _clocked_iterations(model, step, recorder, repeats)
         else:
             ranges = _profiled_iterations(model, step, recorder, repeats, device)

@@ -24,7 +24,13 @@ from shardmeter.sim.fsdp import FSDPDurations, simulate_fsdp_step
 from shardmeter.spec.hardware import PoolSpec
 from shardmeter.spec.model import MODEL_PRESETS, MLPKind, NormKind, TransformerSpec
 from shardmeter.spec.training import TrainingSpec
-from shardmeter_bench.device import compute_clock, peak_rss_bytes, release_memory, synchronize
+from shardmeter_bench.device import (
+    compute_clock,
+    peak_rss_bytes,
+    release_memory,
+    synchronize,
+    timed_repeats,
+)
 from shardmeter_bench.footprint import process_bytes
 from shardmeter_bench.hf_models import build_hf_model
 from shardmeter_bench.logs import get_logger, progress
@@ -158,13 +164,15 @@ def measure_forward_backward(
     seed: int = 0,
 ) -> tuple[float, float]:
     """Median seconds of ``model(ids, labels=ids)`` and of ``loss.backward()`` after
-    ``warmup`` iterations, on the clock the fit is measured with (`device.compute_clock`)."""
+    ``warmup`` iterations, on the clock the fit is measured with (`device.compute_clock`);
+    on a CPU a fast model gets more iterations, as the catalog does (`device.timed_repeats`)."""
     device = next(model.parameters()).device
     clock = compute_clock(device)
     gen = torch.Generator(device="cpu").manual_seed(seed)
     ids = torch.randint(0, vocab, (micro_batch, seq_len), generator=gen).to(device)
     forward, backward = [], []
-    for k in range(warmup + repeats):
+    k, total = 0, warmup + repeats
+    while k < total:
         synchronize(device)
         t0 = clock()
         loss = model(input_ids=ids, labels=ids).loss
@@ -177,6 +185,9 @@ def measure_forward_backward(
         if k >= warmup:
             forward.append(t1 - t0)
             backward.append(t2 - t1)
+        elif k == warmup - 1 and device.type == "cpu":
+            total = warmup + timed_repeats(repeats, t2 - t0)  # as the catalog is timed
+        k += 1
     return statistics.median(forward), statistics.median(backward)
 
 
