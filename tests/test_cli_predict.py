@@ -108,3 +108,68 @@ def test_bad_input_exits_2_with_one_line(args: list[str], message: str) -> None:
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], result.stderr
     assert "Traceback" not in result.stderr
+
+
+BASE = ["--model", "llama-3.1-8b", "--gpu", "h100", "--nodes", "2"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["--network", '{"nicsPerNode": 0, "nicBandwidthBytesPerS": 5e10}'],
+            "--network.nicsPerNode",
+        ),
+        (
+            ["--network", '{"nicsPerNode": -2, "nicBandwidthBytesPerS": 5e10}'],
+            "--network.nicsPerNode",
+        ),
+        (
+            ["--network", '{"nicsPerNode": 8, "nicBandwidthBytesPerS": NaN}'],
+            "nicBandwidthBytesPerS",
+        ),
+        (
+            ["--network", '{"nicsPerNode": 8, "nicBandwidthBytesPerS": "inf Gbit/s"}'],
+            "nicBandwidthBytesPerS",
+        ),
+        (["--network", '{"nicsPerNode": 8, "nicBandwidthBytesPerS": 5e10, "kind": "wan"}'], "kind"),
+        (["--network", "9x-xdr"], "unknown network preset '9x-xdr'"),
+        (["--network", "8x-ndr", "--inter-node-link", "ib-ndr"], "not both"),
+        (["--activation-checkpointing", "sometimes"], "--activation-checkpointing"),
+        (["--gradient-sync", "never"], "--gradient-sync"),
+        (["--sharding", "zero3"], "--sharding"),
+        (["--precision", "int4"], "--precision"),
+        (["--power-cap-watts", "900"], "powerCapWatts"),
+        (["--power-cap-watts", "nan"], "--power-cap-watts"),
+        (["--accumulation", "0"], "--accumulation"),
+    ],
+)
+def test_bad_topology_and_options_exit_2_naming_the_field(
+    args: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["predict", *BASE, *args]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], lines
+
+
+def test_float8_on_a100_is_an_error_naming_precision(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["predict", "--model", "llama-3.1-8b", "--gpu", "a100", "--precision", "fp8"]) == 2
+    err = capsys.readouterr().err
+    assert "training.precision" in err and "H100" in err
+
+
+def test_new_options_show_in_the_prediction(capsys: pytest.CaptureFixture[str]) -> None:
+    args = [
+        "predict", *BASE, "--seq-len", "8192", "--network", "8x-ndr", "--torch-compile",
+        "--activation-checkpointing", "selective-op", "--accumulation", "2",
+        "--gradient-sync", "last-micro-batch", "--power-cap-watts", "500", "--json",
+    ]  # fmt: skip
+    assert main(args) == 0
+    p = json.loads(capsys.readouterr().out)
+    assert p["activation_checkpointing"] == "selective-op" and p["torch_compile"] is True
+    assert p["gradient_sync"] == "last-micro-batch" and p["memory"]["accumulation_bytes"] > 0
+    assert p["collectives"]["network"]["nics_per_node"] == 8 and 0 < p["clock_fraction"] < 1
+    assert p["step"]["tokens_per_s_per_gpu"] > 0 and p["step"]["bottleneck"].endswith("bound")
+    # the old flag alone still means full checkpointing
+    assert main(["predict", *BASE, "--activation-checkpointing", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["activation_checkpointing"] == "full"

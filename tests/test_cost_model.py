@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shardmeter.cost.coefficients import LinearFit
+from shardmeter.cost.coefficients import LinearFit, Source
 from shardmeter.cost.features import Target
 from shardmeter.cost.model import CostModel
 from shardmeter.cost.priors import prior_coefficients
@@ -87,12 +87,10 @@ def test_too_fast_fit_is_clamped_and_flagged() -> None:
     doc = prior_coefficients(POOL.gpu, POOL.intra, POOL.inter)
     compute = dict(doc.compute)
     compute[Target.BLOCK_FORWARD] = LinearFit(coefficients={"one": 1e-6})  # absurdly fast
-    cm = CostModel(
-        spec,
-        TrainingSpec(seq_len_tokens=4096, global_batch_tokens=4096),
-        POOL,
-        doc.model_copy(update={"compute": compute}),
+    fitted = doc.model_copy(
+        update={"compute": compute, "source": Source.MEASURED, "measured_at": doc.created_at}
     )
+    cm = CostModel(spec, TrainingSpec(seq_len_tokens=4096, global_batch_tokens=4096), POOL, fitted)
     u = cm.unit_times(1)
     assert u.roofline_clamped == ("block.forward",)
     assert u.block_forward_s == pytest.approx(

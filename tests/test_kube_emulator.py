@@ -675,8 +675,10 @@ async def test_deletion_with_finalizers(widgets: EmulatedCluster) -> None:
 @pytest.mark.asyncio
 async def test_job_controller_simulation_and_events(cluster: EmulatedCluster) -> None:
     jobs = "/apis/batch/v1/namespaces/default/jobs"
-    await cluster.api("POST", jobs, {"metadata": {"name": "ok"}, "spec": {}})
-    await cluster.api("POST", jobs, {"metadata": {"name": "bad"}, "spec": {}})
+    spec = {"template": {"spec": {"containers": [{"name": "c", "image": "i"}]}}}
+    for name in ("ok", "bad"):
+        status, _ = await cluster.api("POST", jobs, {"metadata": {"name": name}, "spec": spec})
+        assert status == 201, _
     task = asyncio.create_task(cluster.watch(jobs, timeoutSeconds="0.5"))
     await asyncio.sleep(0.1)
     cluster.set_job_succeeded("default", "ok")
@@ -721,6 +723,17 @@ async def test_job_controller_simulation_and_events(cluster: EmulatedCluster) ->
         "POST",
         "/apis/events.k8s.io/v1/namespaces/default/events",
         {"metadata": {"name": "e2"}, "reason": "R", "note": "N"},
+    )
+    assert status == 422  # events.k8s.io/v1 requires eventTime, as kube-apiserver does
+    status, _ = await cluster.api(
+        "POST",
+        "/apis/events.k8s.io/v1/namespaces/default/events",
+        {
+            "metadata": {"name": "e2"},
+            "eventTime": "2026-01-01T00:00:00.000000Z",
+            "reason": "R",
+            "note": "N",
+        },
     )
     assert status == 201
     assert len(cluster.list("events", "default")) == 1  # the core/v1 one

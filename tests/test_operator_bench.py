@@ -125,6 +125,24 @@ async def test_benchmark_adoption_reevaluates_launched_plan(tmp_path: Path) -> N
         )
         blocking = condition(status, "OuterStepBlocking")
         assert "recommended: fragments" in blocking["message"]
+        # the alert's recommendation is the new one, not the settings that block
+        in_use = status["streamingDiLoCo"]
+        series = [
+            labels
+            for labels in metrics.plan_recommendation._metrics
+            if labels[:2] == ("default", "llama-8b-case-study")
+        ]
+        assert len(series) == 1
+        _, _, sync_every, fragments, delay = series[0]
+        assert (
+            f"fragments {fragments}, fragmentSyncDelay {delay} at syncEvery {sync_every}"
+            in (blocking["message"])
+        )
+        assert (int(sync_every), int(fragments), int(delay)) != (
+            in_use["syncEvery"],
+            in_use["fragments"],
+            in_use["fragmentSyncDelay"],
+        )
         assert status["predictions"]["outerStepBlockingSeconds"] > 0
         assert status["predictions"]["bottleneck"] == "outer-step-bound"
         assert condition(status, "UsingPriorCoefficients")["status"] == "False"

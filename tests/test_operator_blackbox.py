@@ -1,9 +1,10 @@
 """Black box: `python -m shardmeter_operator` and the emulated API server as subprocesses,
-driven with the real kubectl exactly as a user would."""
+driven with the real kubectl exactly as a user would (strict client validation included)."""
 
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,6 @@ def test_kubectl_apply_to_planned_and_launched(tmp_path: Path) -> None:
     with operator_process(tmp_path) as op:
         op.kubectl(
             "apply",
-            "--validate=false",
             "-f",
             str(EX / "gpupool-cluster-a.yaml"),
             "-f",
@@ -56,9 +56,23 @@ def test_kubectl_apply_to_planned_and_launched(tmp_path: Path) -> None:
             'shardmeter_plan_predicted_tokens_per_second{namespace="default",trainingplan="llama-8b-case-study"}'
             in text
         )
+        assert (
+            'shardmeter_plan_islands{namespace="default",state="pending",trainingplan="llama-8b-case-study"}'
+            in text
+        )
         assert 'shardmeter_pool_coefficients_age_seconds{gpupool="cluster-a"}' in text
-        op.kubectl("delete", "-f", str(EX / "trainingplan.yaml"))
-        op.kubectl("wait", "--for=delete", "trainingplan/llama-8b-case-study", "--timeout=30s")
+        health = json.loads(op.fetch(op.liveness_url))
+        assert {"plans", "reconciling", "oldest_reconcile_s"} <= set(health["reconciler"])
         assert op.operator.poll() is None  # never crashed
-        log = op.log.read_text().splitlines()
-        assert all(line.startswith("{") for line in log if line.strip())  # JSON logs off a terminal
+        lines = [line for line in op.log.read_text().splitlines() if line.strip()]
+        assert all(line.startswith("{") for line in lines)  # JSON logs off a terminal
+        sizes = [len(line.encode()) for line in lines]
+        assert statistics.median(sizes) <= 300 and max(sizes) <= 2000, max(sizes)
+        assert not any('"settings"' in line for line in lines)  # no kopf settings repr
+
+        # uninstalled operator: deleting the plan (and its Jobs) does not hang on a finalizer
+        op.operator.terminate()
+        op.operator.wait(15)
+        op.kubectl("delete", "-f", str(EX / "trainingplan.yaml"), "--timeout=10s")
+        op.kubectl("delete", "gpupool", "cluster-a", "--timeout=10s")
+        assert json.loads(op.kubectl("get", "jobs", "-o", "json").stdout)["items"] == []

@@ -13,17 +13,33 @@ from prometheus_client import generate_latest
 from shardmeter.errors import SpecError
 from shardmeter_operator import metrics
 from shardmeter_operator.conditions import set_condition
+from shardmeter_operator.errors import (
+    PoolInvalidError,
+    PoolNotFoundError,
+    TemplateError,
+    reason_for,
+)
 from shardmeter_operator.manifests import (
     bench_job,
-    dns_name,
+    bench_role,
+    child_labels,
+    coefficients_configmap,
+    island_job_name,
     island_manifests,
     owner_reference,
     torchtitan_args,
     validate_template,
 )
-from shardmeter_operator.planning import plan_request, plan_status
-from shardmeter_operator.resources import GPUPoolSpec, TrainingPlanSpec
+from shardmeter_operator.planning import plan_outcome, plan_request
+from shardmeter_operator.resources import (
+    DiLoCoSettings,
+    GPUPoolSpec,
+    IslandStatus,
+    TrainingPlanSpec,
+)
 from shardmeter_operator.trainingplan import PoolView, needs_work
+from support.kube_emulator import builtins
+from support.kube_versions import SUPPORTED_MINORS
 
 REPO = Path(__file__).resolve().parents[1]
 POOL = GPUPoolSpec.model_validate(
@@ -33,16 +49,10 @@ PLAN = yaml.safe_load((REPO / "examples" / "trainingplan.yaml").read_text())["sp
 OWNER = owner_reference("TrainingPlan", "p", "uid-1")
 
 
-def test_names_are_dns_labels_and_stable() -> None:
-    long = dns_name("a" * 80, "island", 3)
-    assert len(long) <= 63 and long == dns_name("a" * 80, "island", 3)
-    assert dns_name("My_Plan", "island", 0) == "my-plan-island-0"
-
-
 def test_conditions_keep_transition_time_until_status_flips() -> None:
     c = set_condition([], "Planned", True, "PlanFound", "ok", 1, now="t1")
     c = set_condition(c, "Planned", True, "PlanFound", "still ok", 2, now="t2")
-    assert c == [
+    assert [x.model_dump(by_alias=True, mode="json") for x in c] == [
         {
             "type": "Planned",
             "status": "True",
@@ -53,20 +63,36 @@ def test_conditions_keep_transition_time_until_status_flips() -> None:
         }
     ]
     c = set_condition(c, "Planned", False, "Infeasible", "no", 3, now="t3")
-    assert c[0]["lastTransitionTime"] == "t3" and c[0]["status"] == "False"
+    assert c[0].last_transition_time == "t3" and c[0].status == "False"
 
 
-def island(i: int, nodes: int = 2) -> dict[str, Any]:
-    return {
-        "name": f"p-island-{i}",
-        "pool": "cluster-a",
-        "nodes": nodes,
-        "gpusPerNode": 8,
-        "microBatch": 2,
-        "accumulation": 3,
-        "localBatchTokens": 2 * 3 * 16 * 8192,
-        "stepSeconds": 3.2,
-    }
+@pytest.mark.parametrize(
+    ("error", "reason"),
+    [
+        (PoolNotFoundError("f", "m"), "PoolNotFound"),
+        (PoolInvalidError("f", "not found in the message"), "PoolInvalid"),
+        (TemplateError("spec.pools", "m"), "InvalidTemplate"),
+        (SpecError("spec.template.x", "GPUPool 'x' not found"), "InvalidSpec"),
+    ],
+)
+def test_reasons_come_from_the_exception_type_not_its_text(error: SpecError, reason: str) -> None:
+    assert reason_for(error) == reason
+
+
+def island(i: int, nodes: int = 2) -> IslandStatus:
+    return IslandStatus(
+        name=f"p-island-{i}",
+        pool="cluster-a",
+        nodes=nodes,
+        gpus_per_node=8,
+        micro_batch=2,
+        accumulation=3,
+        local_batch_tokens=2 * 3 * 16 * 8192,
+        step_seconds=3.2,
+    )
+
+
+SETTINGS = DiLoCoSettings(sync_every=100, fragments=4, fragment_sync_delay=3)
 
 
 def test_island_jobs_rewrite_the_template_without_mutating_it() -> None:
@@ -84,10 +110,9 @@ def test_island_jobs_rewrite_the_template_without_mutating_it() -> None:
         template,
         [island(0), island(1, nodes=1)],
         {"cluster-a": POOL},
-        100,
-        4,
-        3,
+        SETTINGS,
         '{"plan": "x"}',
+        child_labels("p", "uid-1", "rev1"),
     )
     assert template == before
     assert [m["kind"] for m in out] == ["Job", "Service", "Job", "Service"]
@@ -174,10 +199,14 @@ def test_bench_job_runs_torchrun_on_the_pool_nodes() -> None:
     assert svc["spec"]["clusterIP"] == "None"
 
 
-def test_plan_request_names_missing_pools() -> None:
+def test_plan_request_names_missing_and_invalid_pools() -> None:
     spec = TrainingPlanSpec.model_validate(PLAN)
-    with pytest.raises(SpecError, match=r"GPUPool 'cluster-b' not found \(GPUPools: cluster-a\)"):
+    with pytest.raises(
+        PoolNotFoundError, match=r"GPUPool 'cluster-b' not found \(GPUPools: cluster-a\)"
+    ):
         plan_request(spec, {"cluster-a": POOL})
+    with pytest.raises(PoolInvalidError, match=r"GPUPool 'cluster-b' is invalid \(bad gpu\)"):
+        plan_request(spec, {"cluster-a": POOL}, {"cluster-b": "bad gpu"})
 
 
 def test_plan_status_matches_the_cli_answer() -> None:
@@ -189,32 +218,90 @@ def test_plan_status_matches_the_cli_answer() -> None:
     pool_b = GPUPoolSpec.model_validate(
         yaml.safe_load((REPO / "examples" / "gpupool-cluster-b.yaml").read_text())["spec"]
     )
-    outcome = plan_status(
+    outcome = plan_outcome(
         "p",
         plan_request(spec, {"cluster-a": POOL, "cluster-b": pool_b}),
         {"cluster-a": None, "cluster-b": None},
-        {},
     )
     cli_spec, _ = load_plan(REPO / "examples" / "case-study.yaml")
     cli = build_result(search(cli_spec)).chosen
-    assert outcome.status["plan"] == cli.label
-    assert outcome.status["predictions"]["tokensPerSecond"] == pytest.approx(
-        cli.tokens_per_s, rel=1e-6
-    )
+    assert outcome.plan == cli.label
+    assert outcome.predictions.tokens_per_second == pytest.approx(cli.tokens_per_s, rel=1e-6)
 
 
 def test_needs_work_follows_generation_and_pool_revisions() -> None:
-    status = {
-        "observedGeneration": 1,
-        "phase": "Planned",
-        "conditions": [],
-        "coefficients": [{"pool": "cluster-a", "source": "prior", "revision": "r1"}],
+    body = {
+        "metadata": {"generation": 1},
+        "spec": {**PLAN, "pools": [{"name": "cluster-a"}]},
+        "status": {
+            "observedGeneration": 1,
+            "phase": "Planned",
+            "conditions": [],
+            "coefficients": [{"pool": "cluster-a", "source": "prior", "revision": "r1"}],
+        },
     }
-    spec = {**PLAN, "pools": [{"name": "cluster-a"}]}
-    pools = {"cluster-a": PoolView({}, {"coefficientsRevision": "r1"})}
-    assert not needs_work(1, spec, status, pools)
-    assert needs_work(2, spec, status, pools)
-    assert needs_work(1, spec, status, {"cluster-a": PoolView({}, {"coefficientsRevision": "r2"})})
+    same = {"cluster-a": PoolView({}, {"coefficientsRevision": "r1"})}
+    assert not needs_work(body, same)
+    assert needs_work({**body, "metadata": {"generation": 2}}, same)
+    assert needs_work(body, {"cluster-a": PoolView({}, {"coefficientsRevision": "r2"})})
+    assert needs_work(body, {})  # the pool went away
+    # an invalid pool: quiet until it is valid again
+    invalid = {
+        **body,
+        "status": {
+            **body["status"],
+            "phase": "Invalid",
+            "conditions": [
+                {
+                    "type": "Valid",
+                    "status": "False",
+                    "reason": "PoolInvalid",
+                    "message": "m",
+                    "lastTransitionTime": "t",
+                }
+            ],
+        },
+    }
+    assert not needs_work(invalid, {"cluster-a": PoolView({}, {}, 2, "bad gpu")})
+    assert needs_work(invalid, same)
+
+
+def _every_object_the_operator_creates() -> list[dict[str, Any]]:
+    long_plan, long_pool = "8b-" + "x" * 250, "7" + "p" * 62
+    out = island_manifests(
+        long_plan,
+        "team-a",
+        owner_reference("TrainingPlan", long_plan, "uid-1"),
+        PLAN["template"],
+        [island(i).model_copy(update={"name": island_job_name(long_plan, i)}) for i in range(2)],
+        {"cluster-a": POOL},
+        SETTINGS,
+        "{}",
+        child_labels(long_plan, "uid-1", "0123456789abcdef"),
+    )
+    owner = owner_reference("GPUPool", long_pool, "uid-2")
+    out += bench_job(
+        long_pool,
+        POOL,
+        namespace="sm",
+        image="bench:1",
+        service_account="bench",
+        generation=12,
+        attempt=3,
+        owner=owner,
+    )
+    out += bench_role(long_pool, "sm", "bench", owner)
+    from shardmeter.cost.priors import prior_coefficients
+
+    doc = prior_coefficients(POOL.gpu, POOL.intra, POOL.inter, pool=long_pool)
+    out.append(coefficients_configmap(long_pool, "sm", owner, doc))
+    return out
+
+
+@pytest.mark.parametrize("minor", SUPPORTED_MINORS)
+def test_every_object_the_operator_creates_validates_against_kubernetes(minor: str) -> None:
+    for obj in _every_object_the_operator_creates():
+        assert builtins.validate(obj, minor) == [], (obj["kind"], obj["metadata"]["name"])
 
 
 def test_metrics_series_disappear_with_the_object() -> None:
@@ -235,3 +322,20 @@ def test_metrics_series_disappear_with_the_object() -> None:
     )
     metrics.forget_pool("p")
     assert 'gpupool="p"' not in generate_latest(metrics.REGISTRY).decode()
+
+
+def test_only_the_live_peer_with_the_highest_priority_leads() -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from shardmeter_operator.controller import leads
+
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    fresh = (now - timedelta(seconds=5)).isoformat()
+    stale = (now - timedelta(seconds=120)).isoformat()
+    peers = {
+        "a": {"priority": 10, "lastseen": fresh, "lifetime": 60},
+        "b": {"priority": 99, "lastseen": stale, "lifetime": 60},  # dead: ignored
+    }
+    assert leads(10, peers, now) and leads(50, peers, now)
+    assert not leads(5, peers, now)
+    assert not leads(10, {**peers, "b": {**peers["b"], "lastseen": fresh}}, now)

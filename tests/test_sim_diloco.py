@@ -70,8 +70,10 @@ def test_simulation_matches_closed_form_with_one_fragment_in_flight(
     tau = data.draw(st.integers(0, window - 1))
     ar = data.draw(st.floats(0, 0.99 * window * step))  # ≤ one window: one all_reduce in flight
     r = simulate_diloco(islands(3, step, f), StreamingSettings(h, f, tau), [ar] * f)
+    # the simulator counts idle below 1e-9 of an island's busy time (≤ 60 s here) as float
+    # noise, so a closed-form blocking of a few nanoseconds may read as 0
     assert r.blocking_s_per_outer_step == pytest.approx(
-        closed_form_blocking([ar] * f, step, tau), abs=1e-9
+        closed_form_blocking([ar] * f, step, tau), abs=1e-7
     )
 
 
@@ -125,8 +127,9 @@ def test_resolve_settings_from_cost_models_and_wan() -> None:
     cm, cm2 = CostModel(m, training, pool), CostModel(m, training, other)
     link = outer_link([IslandPlacement(cm, 8), IslandPlacement(cm2, 8)])
     assert link.description.startswith("WAN") and link.parallel_rails == 1
+    # one site: every node of the smaller island (1 node of 8 GPUs) drives all its rails
     same_site = outer_link([IslandPlacement(cm, 8), IslandPlacement(cm, 16)])
-    assert same_site.parallel_rails == 8
+    assert same_site.parallel_rails == 1.0
     strategy = StrategySpec(kind="streaming-diloco")
     choice = resolve_settings(m, strategy, link, islands=2, step_s=0.5)
     assert choice.zero_blocking and choice.sync_every % choice.fragments == 0

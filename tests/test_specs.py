@@ -79,10 +79,51 @@ def test_gpu_presets_have_datasheet_figures() -> None:
 
 
 def test_pool_links_default_from_gpu() -> None:
+    # HGX/DGX A100: NVLink 3 inside, 8 × 200 Gbit/s HDR InfiniBand rails out
     a100 = PoolSpec(name="b", gpu="a100-80gb-sxm", nodes=2, gpus_per_node=8)
-    assert a100.intra.name == "nvlink3" and a100.inter.name == "ib-hdr"
+    net = a100.node_network
+    assert a100.intra.name == "nvlink3" and net.kind == "infiniband"
+    assert net.nics_per_node == 8 and net.nic_bandwidth_bytes_per_s == pytest.approx(25e9)
+    h100 = PoolSpec(name="h", gpu="h100", nodes=2, gpus_per_node=8).node_network
+    assert h100.nics_per_node == 8 and h100.nic_bandwidth_bytes_per_s == pytest.approx(50e9)
     l40s = PoolSpec(name="c", gpu="l40s", nodes=1, gpus_per_node=4, interNodeLink="eth-400g")
     assert l40s.intra.kind == "pcie" and l40s.inter.name == "eth-400g"
+
+
+def test_legacy_inter_node_link_means_one_rail_per_gpu() -> None:
+    # interNodeLink: ib-ndr on an 8-GPU node = 8 NICs of 400 Gbit/s
+    pool = PoolSpec(name="p", gpu="h100", nodes=2, gpus_per_node=8, interNodeLink="ib-ndr")
+    assert pool.node_network.nics_per_node == 8
+    assert pool.node_network.node_bandwidth_bytes_per_s == pytest.approx(8 * 50e9)
+    # a per-GPU share of a shared NIC (400 Gbit/s per node / 8 GPUs) is the same node bandwidth
+    share = {
+        "name": "node-400g-per8",
+        "kind": "ethernet",
+        "latencyS": 1e-5,
+        "bandwidthBytesPerS": 6.25e9,
+    }
+    shared = PoolSpec(name="s", gpu="h100", nodes=2, gpus_per_node=8, interNodeLink=share)
+    assert shared.node_network.node_bandwidth_bytes_per_s == pytest.approx(50e9)
+
+
+def test_network_in_plain_units_and_exclusive_with_legacy_link() -> None:
+    pool = PoolSpec(
+        name="p",
+        gpu="h200",
+        nodes=4,
+        gpus_per_node=8,
+        network={"nicsPerNode": 8, "nicBandwidthBytesPerS": "400 Gbit/s", "railOptimized": True},
+    )
+    assert pool.node_network.node_bandwidth_bytes_per_s == pytest.approx(400e9)
+    with pytest.raises(ValidationError, match="not both"):
+        PoolSpec(
+            name="p",
+            gpu="h200",
+            nodes=4,
+            gpus_per_node=8,
+            network={"nicsPerNode": 8, "nicBandwidthBytesPerS": "400 Gbit/s"},
+            interNodeLink="ib-ndr",
+        )
 
 
 def test_unit_strings() -> None:

@@ -165,6 +165,8 @@ def measure(
     """Every (group configuration, collective, payload); rank 0 returns the samples."""
     samples: list[CommSample] = []
     for role, ranks, group in build_groups(ctx, plan):
+        # inter-node: one ring per local GPU, all at once, each over its own rail
+        rings = ctx.world_size // ranks if role is LinkRole.INTER_NODE else 1
         for name in plan.collectives:
             for payload in payloads or plan.payloads:
                 seconds, exact = time_collective(ctx, name, payload, ranks, group, plan)
@@ -175,6 +177,7 @@ def measure(
                         payload_bytes=float(exact),
                         ranks=ranks,
                         seconds=seconds,
+                        parallel_rings=rings,
                     )
                 )
             log.info("collective_done", collective=name, role=role.value, ranks=ranks)

@@ -8,8 +8,9 @@ from collections.abc import Sequence
 
 import kopf
 
-from shardmeter_operator import log, metrics
+from shardmeter_operator import log, memory, metrics
 from shardmeter_operator.config import OperatorConfig
+from shardmeter_operator.controller import random_priority
 from shardmeter_operator.handlers import build_registry
 
 
@@ -46,6 +47,17 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--standalone", action="store_true", help="no peering with other operator instances"
     )
     p.add_argument(
+        "--peering",
+        default="shardmeter",
+        help="kopf ClusterKopfPeering name shared by the replicas (leader election: the live "
+        "replica with the highest priority works, the others wait)",
+    )
+    p.add_argument(
+        "--priority",
+        type=int,
+        help="peering priority (default: random per process, so that replicas never tie)",
+    )
+    p.add_argument(
         "--metrics-port", type=int, default=9090, help="Prometheus /metrics port (0 disables)"
     )
     p.add_argument(
@@ -60,6 +72,7 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse(argv)
+    memory.limit_arenas()
     log.configure(args.log_level, args.log_json)
     config = OperatorConfig.from_env(
         namespace=args.operator_namespace,
@@ -71,11 +84,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     if args.metrics_port:
         metrics.serve(args.metrics_port)
-    namespaces = args.namespace
+    # Namespaced mode also serves the operator's namespace: its coefficients ConfigMaps and
+    # benchmark Jobs are watched there (GPUPools are cluster-scoped and always served).
+    namespaces = sorted({*args.namespace, config.namespace}) if args.namespace else []
     kopf.run(
         registry=build_registry(config),
         memo=kopf.Memo(config=config, kube=None),
         standalone=args.standalone,
+        peering_name=None if args.standalone else args.peering,
+        priority=args.priority if args.priority is not None else random_priority(),
         clusterwide=not namespaces,
         namespaces=namespaces,
         liveness_endpoint=args.liveness or None,

@@ -1,10 +1,13 @@
 """Standard conditions (type, status, reason, message, lastTransitionTime,
-observedGeneration): pure helpers, and the documented condition types and reasons."""
+observedGeneration): the documented condition types and reasons, and a pure helper over the
+typed :class:`~shardmeter_operator.resources.Condition` model."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any
+
+from shardmeter_operator.resources import Condition, ConditionStatus
 
 
 class Type:
@@ -13,6 +16,9 @@ class Type:
     VALID = "Valid"
     PLANNED = "Planned"
     LAUNCHED = "Launched"
+    RUNNING = "Running"
+    FAILED = "Failed"
+    SPEC_CHANGED_AFTER_LAUNCH = "SpecChangedAfterLaunch"
     OUTER_STEP_BLOCKING = "OuterStepBlocking"
     USING_PRIOR_COEFFICIENTS = "UsingPriorCoefficients"
     COEFFICIENTS_READY = "CoefficientsReady"
@@ -25,12 +31,24 @@ class Reason:
     SPEC_VALID = "SpecValid"
     INVALID_SPEC = "InvalidSpec"
     POOL_NOT_FOUND = "PoolNotFound"
+    POOL_INVALID = "PoolInvalid"
     INVALID_TEMPLATE = "InvalidTemplate"
     PLANNED = "PlanFound"
     INFEASIBLE = "Infeasible"
     PLAN_ONLY = "PlanOnly"
+    LAUNCHING = "Launching"
+    RELAUNCHING = "Relaunching"
     JOBS_CREATED = "JobsCreated"
     JOBS_FAILED = "JobCreationFailed"
+    NAME_CONFLICT = "NameConflict"
+    CHILDREN_MISSING = "ChildrenMissing"
+    ALL_RUNNING = "AllIslandsRunning"
+    ISLANDS_PENDING = "IslandsPending"
+    ALL_SUCCEEDED = "AllIslandsSucceeded"
+    ISLAND_FAILED = "IslandFailed"
+    NO_FAILURE = "NoIslandFailed"
+    SPEC_FROZEN = "SpecFrozen"
+    SPEC_UNCHANGED = "SpecUnchanged"
     OUTER_STEP_HIDDEN = "OuterStepHidden"
     OUTER_STEP_BLOCKS = "OuterStepBlocks"
     NOT_DILOCO = "NotDiLoCo"
@@ -48,42 +66,52 @@ def now_iso() -> str:
 
 
 def set_condition(
-    conditions: list[dict[str, Any]] | None,
+    conditions: Sequence[Condition],
     type_: str,
     status: bool | None,
     reason: str,
     message: str,
     generation: int,
     now: str | None = None,
-) -> list[dict[str, Any]]:
+) -> list[Condition]:
     """A new list with ``type_`` set; lastTransitionTime changes only when status flips.
     The whole list is returned because merge patches replace lists."""
-    value = "Unknown" if status is None else ("True" if status else "False")
-    out = [dict(c) for c in conditions or []]
-    for c in out:
-        if c.get("type") == type_:
-            if c.get("status") != value:
-                c["lastTransitionTime"] = now or now_iso()
-            c.update(
-                status=value, reason=reason, message=message[:32768], observedGeneration=generation
+    value = (
+        ConditionStatus.UNKNOWN
+        if status is None
+        else (ConditionStatus.TRUE if status else ConditionStatus.FALSE)
+    )
+    out = [c.model_copy() for c in conditions]
+    for i, c in enumerate(out):
+        if c.type == type_:
+            out[i] = c.model_copy(
+                update={
+                    "status": value,
+                    "reason": reason,
+                    "message": message[:32768],
+                    "observed_generation": generation,
+                    "last_transition_time": (
+                        c.last_transition_time if c.status == value else now or now_iso()
+                    ),
+                }
             )
             return out
     out.append(
-        {
-            "type": type_,
-            "status": value,
-            "reason": reason,
-            "message": message[:32768],
-            "lastTransitionTime": now or now_iso(),
-            "observedGeneration": generation,
-        }
+        Condition(
+            type=type_,
+            status=value,
+            reason=reason,
+            message=message[:32768],
+            last_transition_time=now or now_iso(),
+            observed_generation=generation,
+        )
     )
     return out
 
 
-def get_condition(conditions: list[dict[str, Any]] | None, type_: str) -> dict[str, Any] | None:
-    return next((c for c in conditions or [] if c.get("type") == type_), None)
+def get_condition(conditions: Sequence[Condition], type_: str) -> Condition | None:
+    return next((c for c in conditions if c.type == type_), None)
 
 
-def remove_condition(conditions: list[dict[str, Any]] | None, type_: str) -> list[dict[str, Any]]:
-    return [dict(c) for c in conditions or [] if c.get("type") != type_]
+def remove_condition(conditions: Sequence[Condition], type_: str) -> list[Condition]:
+    return [c for c in conditions if c.type != type_]

@@ -14,7 +14,8 @@ class OperatorConfig:
     bench_image: str = "ghcr.io/shardmeter/bench:0.1.0"
     bench_service_account: str = "shardmeter-bench"
     recheck_interval_s: float = 30.0
-    """How often plans compare their pools' coefficient revisions and pools poll bench Jobs."""
+    """How long a launch blocked by a name conflict waits before it looks again (everything
+    else is driven by watch events)."""
     retry_backoff_s: float = 60.0
     """First benchmark retry delay; doubles per attempt."""
     kubeconfig: str | None = None

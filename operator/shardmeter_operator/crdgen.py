@@ -79,6 +79,16 @@ def _structural(node: Any) -> Any:
             node["nullable"] = True
     if "const" in node:
         node["enum"] = [node.pop("const")]
+    for bound, exclusive in (("minimum", "exclusiveMinimum"), ("maximum", "exclusiveMaximum")):
+        # JSON Schema 2020 writes an exclusive bound as a number; Kubernetes' OpenAPI v3.0
+        # schema (JSONSchemaProps) only accepts `minimum: x` plus `exclusiveMinimum: true`.
+        value = node.get(exclusive)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            node[bound] = value if bound not in node else _tighter(bound, node[bound], value)
+            if node[bound] == value:
+                node[exclusive] = True
+            else:
+                del node[exclusive]
     props = node.get("properties")
     out: Schema = {}
     for key, value in node.items():
@@ -105,6 +115,10 @@ def _structural(node: Any) -> Any:
     ):
         out.pop("default", None)
     return out
+
+
+def _tighter(bound: str, inclusive: float, exclusive: float) -> float:
+    return max(inclusive, exclusive) if bound == "minimum" else min(inclusive, exclusive)
 
 
 def openapi_schema(model: type[BaseModel]) -> Schema:

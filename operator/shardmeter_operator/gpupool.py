@@ -1,8 +1,9 @@
 """GPUPool reconciliation: keep the pool's coefficients ConfigMap, run (and retry) its
 benchmark Job, adopt measured coefficients, and publish a revision plans can follow.
 
-Level-triggered: the same function runs on create/update/resume and on a timer, reads
-what exists, and returns the status patch. Running it twice changes nothing the second
+Level-triggered: the same function runs when the pool, its coefficients ConfigMap or its
+benchmark Job change (and when a benchmark retry is due); it reads what exists and returns
+the whole new status (a :class:`GPUPoolStatus`). Running it twice changes nothing the second
 time."""
 
 from __future__ import annotations
@@ -11,11 +12,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import kopf
 from pydantic import ValidationError
 
 from shardmeter.cost.coefficients import CoefficientsDocument, Source
-from shardmeter.cost.priors import prior_coefficients
+from shardmeter.cost.priors import pool_priors
 from shardmeter.errors import SpecError, spec_error_from_validation
 from shardmeter.spec.training import Precision
 from shardmeter_operator import metrics
@@ -31,9 +31,18 @@ from shardmeter_operator.manifests import (
     owner_reference,
 )
 from shardmeter_operator.planning import revision
-from shardmeter_operator.resources import BenchmarkPhase, GPUPoolSpec
+from shardmeter_operator.resources import BenchmarkPhase, Condition, GPUPoolSpec, GPUPoolStatus
 
 Status = dict[str, Any]
+Event = tuple[str, str, str]
+
+
+@dataclass
+class PoolResult:
+    status: GPUPoolStatus
+    events: list[Event] = field(default_factory=list)
+    requeue_s: float | None = None
+    """When a benchmark retry is due."""
 
 
 def _job_state(job: dict[str, Any] | None) -> tuple[str, str]:
@@ -48,36 +57,33 @@ def _job_state(job: dict[str, Any] | None) -> tuple[str, str]:
     return "running", ""
 
 
-async def reconcile_pool(
-    name: str,
-    uid: str,
-    generation: int,
-    spec_raw: dict[str, Any],
-    status: Status,
-    cfg: OperatorConfig,
-    kube: Kube,
-    body: Any = None,
-) -> Status:
-    """The status patch for GPUPool ``name`` (see the module docstring)."""
-    conditions = list(status.get("conditions") or [])
+async def reconcile_pool(body: Any, cfg: OperatorConfig, kube: Kube) -> PoolResult:
+    """The new status of a GPUPool (see the module docstring)."""
+    meta = body.get("metadata") or {}
+    name, uid = str(meta["name"]), str(meta["uid"])
+    generation = int(meta.get("generation") or 1)
+    before = GPUPoolStatus.model_validate(body.get("status") or {})
+    st = before.model_copy(deep=True, update={"observed_generation": generation})
+    out = PoolResult(st)
     try:
-        spec = GPUPoolSpec.model_validate(spec_raw)
+        spec = GPUPoolSpec.model_validate(dict(body.get("spec") or {}))
     except ValidationError as exc:
-        err = spec_error_from_validation(exc, "spec")
+        err = str(spec_error_from_validation(exc, "spec"))
         metrics.forget_pool(name)
-        return {
-            "observedGeneration": generation,
-            "conditions": set_condition(
-                conditions, Type.VALID, False, Reason.INVALID_SPEC, str(err), generation
-            ),
-        }
-    conditions = set_condition(
-        conditions, Type.VALID, True, Reason.SPEC_VALID, "spec is valid", generation
+        old = next((c for c in before.conditions if c.type == Type.VALID), None)
+        if old is None or old.message != err:
+            out.events.append(("Warning", Reason.INVALID_SPEC, err))
+        st.conditions = set_condition(
+            st.conditions, Type.VALID, False, Reason.INVALID_SPEC, err, generation
+        )
+        return out
+    st.conditions = set_condition(
+        st.conditions, Type.VALID, True, Reason.SPEC_VALID, "spec is valid", generation
     )
     owner = owner_reference("GPUPool", name, uid)
     ns = cfg.namespace
     cm_name = coefficients_configmap_name(name)
-    prior = prior_coefficients(spec.gpu, spec.intra, spec.inter, Precision.BF16, pool=name)
+    prior = pool_priors(spec, Precision.BF16, name)
     cm = await kube.get("v1", "ConfigMap", ns, cm_name)
     doc: CoefficientsDocument | None = None
     note = ""
@@ -97,54 +103,63 @@ async def reconcile_pool(
         if doc is None:
             await kube.patch("v1", "ConfigMap", ns, cm_name, {"data": prior.to_configmap_data()})
             doc = prior
-    patch: Status = {"observedGeneration": generation, "coefficientsConfigMap": f"{ns}/{cm_name}"}
-    step = await _benchmark(name, spec, status, generation, owner, cfg, kube)
-    patch.update(step.patch)
+    st.coefficients_config_map = f"{ns}/{cm_name}"
+    step = await _benchmark(name, spec, before, generation, owner, cfg, kube)
+    st = out.status = st.model_copy(update=step.update)
+    out.requeue_s = step.requeue_s
     doc = step.adopted or doc
-    conditions = _bench_conditions(conditions, step, status, generation)
+    st.conditions = _bench_conditions(st.conditions, step, st.benchmark_phase, generation)
+    if step.message and step.update.get("benchmark_phase") in (
+        BenchmarkPhase.BACKOFF,
+        BenchmarkPhase.FAILED,
+    ):
+        out.events.append(("Warning", "BenchmarkFailed", step.message))
     source = doc.source.value
-    patch.update(
-        source=source,
-        measuredAt=doc.measured_at.isoformat() if doc.measured_at else "",
-        fitMape=doc.fit_mape(),
-        coefficientsRevision=revision(spec.model_dump(), doc.to_json()),
-    )
+    st.source = source  # type: ignore[assignment]
+    st.measured_at = doc.measured_at.isoformat() if doc.measured_at else ""
+    st.fit_mape = doc.fit_mape()
+    st.coefficients_revision = revision(spec.model_dump(), doc.to_json())
     message = (
-        f"measured coefficients from {patch['measuredAt']} in {ns}/{cm_name}"
+        f"measured coefficients from {st.measured_at} in {ns}/{cm_name}"
         if doc.source is Source.MEASURED
         else f"datasheet priors for {spec.gpu.name} in {ns}/{cm_name}; enable spec.benchmark to measure"
     )
     if note:
         message = f"{message} ({note})"
-    conditions = set_condition(
-        conditions,
+    st.conditions = set_condition(
+        st.conditions,
         Type.COEFFICIENTS_READY,
         True,
         Reason.MEASURED if doc.source is Source.MEASURED else Reason.PRIORS,
         message,
         generation,
     )
-    patch["conditions"] = conditions
     stamp = (doc.measured_at or doc.created_at).timestamp()
     metrics.set_pool(name, source, stamp, doc.fit_mape())
-    if body is not None and status.get("source") != source and source == "measured":
-        kopf.info(body, reason="CoefficientsMeasured", message=message)
-    return patch
+    if before.source != source and source == "measured":
+        out.events.append(("Normal", "CoefficientsMeasured", message))
+    return out
 
 
 @dataclass(frozen=True)
 class BenchStep:
     """What one pass of the benchmark state machine decided."""
 
-    patch: Status = field(default_factory=dict)
+    update: dict[str, Any] = field(default_factory=dict)
+    """GPUPoolStatus fields to change (python names)."""
     adopted: CoefficientsDocument | None = None
     message: str = ""
+    requeue_s: float | None = None
+
+
+def _due_in_s(due: str) -> float:
+    return (datetime.fromisoformat(due.replace("Z", "+00:00")) - datetime.now(UTC)).total_seconds()
 
 
 async def _benchmark(
     name: str,
     spec: GPUPoolSpec,
-    status: Status,
+    status: GPUPoolStatus,
     generation: int,
     owner: dict[str, Any],
     cfg: OperatorConfig,
@@ -154,25 +169,19 @@ async def _benchmark(
     ns = cfg.namespace
     if not spec.benchmark.enabled:
         return BenchStep(
-            {"benchmarkPhase": BenchmarkPhase.DISABLED.value, "benchmarkJob": "", "nextRetryAt": ""}
+            {"benchmark_phase": BenchmarkPhase.DISABLED, "benchmark_job": "", "next_retry_at": ""}
         )
-    phase = status.get("benchmarkPhase", BenchmarkPhase.DISABLED.value)
-    attempts = int(status.get("benchmarkAttempts", 0))
-    if (
-        int(status.get("benchmarkGeneration", 0)) != generation
-        or phase == BenchmarkPhase.DISABLED.value
-    ):
-        return await _start(
-            name, spec, generation, 0, owner, cfg, kube
-        )  # a new spec: measure again
-    if phase in (BenchmarkPhase.SUCCEEDED.value, BenchmarkPhase.FAILED.value):
+    phase = status.benchmark_phase
+    attempts = status.benchmark_attempts
+    if status.benchmark_generation != generation or phase is BenchmarkPhase.DISABLED:
+        return await _start(name, spec, generation, 0, owner, cfg, kube)  # measure again
+    if phase in (BenchmarkPhase.SUCCEEDED, BenchmarkPhase.FAILED):
         return BenchStep()
-    if phase == BenchmarkPhase.BACKOFF.value:
-        due = status.get("nextRetryAt", "")
-        if due and datetime.fromisoformat(due.replace("Z", "+00:00")) > datetime.now(UTC):
-            return BenchStep()
+    if phase is BenchmarkPhase.BACKOFF:
+        if status.next_retry_at and (left := _due_in_s(status.next_retry_at)) > 0:
+            return BenchStep(requeue_s=left)
         return await _start(name, spec, generation, attempts, owner, cfg, kube)
-    job_name = status.get("benchmarkJob") or bench_job_name(name, generation, attempts)
+    job_name = status.benchmark_job or bench_job_name(name, generation, attempts)
     state, why = _job_state(await kube.get("batch/v1", "Job", ns, job_name))
     if state == "missing":
         return await _start(name, spec, generation, attempts, owner, cfg, kube)
@@ -196,7 +205,7 @@ async def _benchmark(
             why = f"{Reason.INVALID_COEFFICIENTS}: {exc}"
         else:
             return BenchStep(
-                {"benchmarkPhase": BenchmarkPhase.SUCCEEDED.value, "nextRetryAt": ""},
+                {"benchmark_phase": BenchmarkPhase.SUCCEEDED, "next_retry_at": ""},
                 measured,
                 f"benchmark Job {ns}/{job_name} succeeded",
             )
@@ -205,9 +214,9 @@ async def _benchmark(
     if attempts > spec.benchmark.max_retries:
         return BenchStep(
             {
-                "benchmarkPhase": BenchmarkPhase.FAILED.value,
-                "benchmarkAttempts": attempts,
-                "nextRetryAt": "",
+                "benchmark_phase": BenchmarkPhase.FAILED,
+                "benchmark_attempts": attempts,
+                "next_retry_at": "",
             },
             None,
             f"{message}; gave up after {attempts} attempts — fix the cause and change the spec to retry",
@@ -221,12 +230,13 @@ async def _benchmark(
     )
     return BenchStep(
         {
-            "benchmarkPhase": BenchmarkPhase.BACKOFF.value,
-            "benchmarkAttempts": attempts,
-            "nextRetryAt": due,
+            "benchmark_phase": BenchmarkPhase.BACKOFF,
+            "benchmark_attempts": attempts,
+            "next_retry_at": due,
         },
         None,
         f"{message}; retry {attempts}/{spec.benchmark.max_retries} at {due}",
+        requeue_s=delay,
     )
 
 
@@ -256,11 +266,11 @@ async def _start(
     await kube.create(job)
     return BenchStep(
         {
-            "benchmarkPhase": BenchmarkPhase.RUNNING.value,
-            "benchmarkJob": job["metadata"]["name"],
-            "benchmarkAttempts": attempt,
-            "benchmarkGeneration": generation,
-            "nextRetryAt": "",
+            "benchmark_phase": BenchmarkPhase.RUNNING,
+            "benchmark_job": job["metadata"]["name"],
+            "benchmark_attempts": attempt,
+            "benchmark_generation": generation,
+            "next_retry_at": "",
         },
         None,
         f"benchmark Job {ns}/{job['metadata']['name']} started",
@@ -268,15 +278,10 @@ async def _start(
 
 
 def _bench_conditions(
-    conditions: list[dict[str, Any]], step: BenchStep, status: Status, generation: int
-) -> list[dict[str, Any]]:
+    conditions: list[Condition], step: BenchStep, phase: BenchmarkPhase, generation: int
+) -> list[Condition]:
     message = step.message
-    phase = str(
-        step.patch.get("benchmarkPhase")
-        or status.get("benchmarkPhase")
-        or BenchmarkPhase.DISABLED.value
-    )
-    if phase == BenchmarkPhase.DISABLED.value:
+    if phase is BenchmarkPhase.DISABLED:
         return set_condition(
             conditions,
             Type.BENCHMARK_SUCCEEDED,
@@ -288,10 +293,10 @@ def _bench_conditions(
     if not message:
         return conditions
     table = {
-        BenchmarkPhase.RUNNING.value: (None, Reason.BENCHMARK_RUNNING),
-        BenchmarkPhase.SUCCEEDED.value: (True, Reason.MEASURED),
-        BenchmarkPhase.BACKOFF.value: (False, Reason.BENCHMARK_RETRYING),
-        BenchmarkPhase.FAILED.value: (False, Reason.BENCHMARK_FAILED),
+        BenchmarkPhase.RUNNING: (None, Reason.BENCHMARK_RUNNING),
+        BenchmarkPhase.SUCCEEDED: (True, Reason.MEASURED),
+        BenchmarkPhase.BACKOFF: (False, Reason.BENCHMARK_RETRYING),
+        BenchmarkPhase.FAILED: (False, Reason.BENCHMARK_FAILED),
     }
     value, reason = table[phase]
     return set_condition(conditions, Type.BENCHMARK_SUCCEEDED, value, reason, message, generation)

@@ -1,65 +1,63 @@
-"""kopf handlers: thin — each parses what kopf hands it, calls a reconcile function, and
-patches the status it returns. `build_registry` wires them with the configured intervals."""
+"""kopf wiring, thin: watch events go to the :class:`~shardmeter_operator.controller.Controller`.
+
+Only ``on.event`` handlers: no timers, daemons or mandatory delete
+handlers, so kopf never puts a finalizer on a GPUPool or TrainingPlan (deleting one — or its
+namespace — never waits for the operator). Server-side selectors keep the watches of Jobs,
+and Events to the operator's own; the coefficients ConfigMaps are watched in the operator's
+namespace only (``Controller.watch_coefficients``)."""
 
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import kopf
 
 from shardmeter_operator import metrics
 from shardmeter_operator.config import OperatorConfig
-from shardmeter_operator.gpupool import reconcile_pool
+from shardmeter_operator.controller import Controller
 from shardmeter_operator.kube import Kube, connection_info, load_configuration
-from shardmeter_operator.resources import GROUP, VERSION
-from shardmeter_operator.trainingplan import PoolView, needs_work, reconcile_plan
+from shardmeter_operator.manifests import (
+    COMPONENT_LABEL,
+    MANAGED_BY,
+    PLAN_UID_LABEL,
+    POOL_ANNOTATION,
+)
+from shardmeter_operator.resources import GROUP, VERSION, TrainingPlanStatus
 
 GPUPOOLS = (GROUP, VERSION, "gpupools")
 PLANS = (GROUP, VERSION, "trainingplans")
-
-
-async def _timed(kind: str, work: Callable[[], Awaitable[dict[str, Any]]]) -> dict[str, Any]:
-    metrics.reconcile_total.labels(kind).inc()
-    started = time.perf_counter()
-    try:
-        return await work()
-    except Exception:
-        metrics.reconcile_errors_total.labels(kind).inc()
-        raise
-    finally:
-        metrics.reconcile_duration_seconds.labels(kind).observe(time.perf_counter() - started)
-
-
-def _apply(patch: kopf.Patch, status: dict[str, Any]) -> None:
-    for key, value in status.items():
-        patch.status[key] = value
-
-
-def _pools(index: kopf.Index[str, PoolView]) -> dict[str, PoolView]:
-    return {name: next(iter(store)) for name, store in index.items() if store}
+OURS = ",".join(f"{k}={v}" for k, v in MANAGED_BY.items())
+FAILED_CREATE = "reason=FailedCreate,involvedObject.kind=Job"
 
 
 def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
     registry = kopf.OperatorRegistry()
-    interval = config.recheck_interval_s
 
     @kopf.on.startup(registry=registry)
     async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
-        settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
-        settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-            prefix=GROUP, key="last-handled-configuration"
-        )
-        settings.posting.level = logging.INFO
+        settings.posting.level = logging.WARNING  # Events are posted explicitly, not per log line
         settings.watching.server_timeout = 300
         settings.networking.request_timeout = 60
+        settings.watching.label_selectors["batch", "v1", "jobs"] = OURS
+        settings.watching.field_selectors["v1", "events"] = FAILED_CREATE
         if getattr(memo, "kube", None) is None:
             memo.kube = Kube(load_configuration(memo.config.kubeconfig))
+        peering = None if settings.peering.standalone else settings.peering.name
+        if peering is not None:
+            # One cluster-wide peering for every mode: GPUPools are cluster-scoped anyway.
+            settings.peering.clusterwide = True
+            await memo.kube.ensure_cluster_peering(peering)
+        memo.controller = Controller(
+            memo.config, memo.kube, peering=peering, priority=settings.peering.priority
+        )
+        memo.controller.watch_coefficients()
 
     @kopf.on.cleanup(registry=registry)
     async def cleanup(memo: kopf.Memo, **_: Any) -> None:
+        controller = getattr(memo, "controller", None)
+        if controller is not None:
+            await controller.close()
         kube = getattr(memo, "kube", None)
         if kube is not None:
             kube.close()
@@ -68,145 +66,76 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
     def login(memo: kopf.Memo, **_: Any) -> kopf.ConnectionInfo:
         return connection_info(load_configuration(memo.config.kubeconfig))
 
-    @kopf.index(*GPUPOOLS, registry=registry, id="gpupool_index")
-    def gpupool_index(
-        name: str, spec: kopf.Spec, status: kopf.Status, **_: Any
-    ) -> dict[str, PoolView]:
-        return {name: PoolView(dict(spec), dict(status))}
+    @kopf.on.probe(registry=registry, id="reconciler")
+    def probe(memo: kopf.Memo, **_: Any) -> dict[str, Any]:
+        controller = getattr(memo, "controller", None)
+        return controller.health() if controller is not None else {"starting": True}
 
-    # ---- GPUPool ------------------------------------------------------------------------------
-    async def pool(
-        name: str,
-        meta: kopf.Meta,
-        spec: kopf.Spec,
-        status: kopf.Status,
-        body: kopf.Body,
-        patch: kopf.Patch,
-        memo: kopf.Memo,
+    @kopf.on.event(*GPUPOOLS, registry=registry, id="gpupool")
+    async def gpupool_event(
+        type: str | None, body: kopf.Body, name: str, memo: kopf.Memo, **_: Any
     ) -> None:
-        result = await _timed(
-            "gpupool",
-            lambda: reconcile_pool(
-                name,
-                str(meta["uid"]),
-                int(meta.get("generation") or 1),
-                dict(spec),
-                dict(status),
-                memo.config,
-                memo.kube,
-                body,
-            ),
-        )
-        _apply(patch, result)
+        ctl: Controller = memo.controller
+        ctl.in_handler()
+        if type == "DELETED":
+            ctl.observe_pool(body, deleted=True)
+            metrics.forget_pool(name)
+        else:
+            ctl.observe_pool(body)
+            status = body.get("status") or {}
+            generation = int(body["metadata"].get("generation") or 0)
+            if type is None or status.get("observedGeneration") != generation:
+                await ctl.pool(name)  # new spec, or (re)start: re-read its ConfigMap and Job
+        await ctl.fan_out(name)
 
-    @kopf.on.create(*GPUPOOLS, registry=registry, id="gpupool")
-    @kopf.on.update(*GPUPOOLS, registry=registry, id="gpupool")
-    @kopf.on.resume(*GPUPOOLS, registry=registry, id="gpupool")
-    async def gpupool_changed(
-        name: str,
-        meta: kopf.Meta,
-        spec: kopf.Spec,
-        status: kopf.Status,
+    @kopf.on.event(*PLANS, registry=registry, id="trainingplan")
+    async def trainingplan_event(
+        type: str | None,
         body: kopf.Body,
-        patch: kopf.Patch,
-        memo: kopf.Memo,
-        **_: Any,
-    ) -> None:
-        await pool(name, meta, spec, status, body, patch, memo)
-
-    @kopf.timer(*GPUPOOLS, interval=interval, idle=interval, registry=registry, id="gpupool-poll")
-    async def gpupool_poll(
-        name: str,
-        meta: kopf.Meta,
-        spec: kopf.Spec,
-        status: kopf.Status,
-        body: kopf.Body,
-        patch: kopf.Patch,
-        memo: kopf.Memo,
-        **_: Any,
-    ) -> None:
-        """Follows the benchmark Job (retries, adoption) without watching Jobs cluster-wide."""
-        if (spec.get("benchmark") or {}).get("enabled") and status.get("benchmarkPhase") in (
-            "Running",
-            "BackOff",
-        ):
-            await pool(name, meta, spec, status, body, patch, memo)
-
-    @kopf.on.delete(*GPUPOOLS, registry=registry, optional=True, id="gpupool-deleted")
-    async def gpupool_deleted(name: str, **_: Any) -> None:
-        metrics.forget_pool(name)
-
-    # ---- TrainingPlan -------------------------------------------------------------------------
-    async def plan(
-        name: str,
-        namespace: str,
-        meta: kopf.Meta,
-        spec: kopf.Spec,
-        status: kopf.Status,
-        body: kopf.Body,
-        patch: kopf.Patch,
-        memo: kopf.Memo,
-        pools: dict[str, PoolView],
-    ) -> None:
-        result = await _timed(
-            "trainingplan",
-            lambda: reconcile_plan(
-                name,
-                namespace,
-                str(meta["uid"]),
-                int(meta.get("generation") or 1),
-                dict(spec),
-                dict(status),
-                pools,
-                memo.config,
-                memo.kube,
-                body,
-            ),
-        )
-        _apply(patch, result)
-
-    @kopf.on.create(*PLANS, registry=registry, id="trainingplan")
-    @kopf.on.update(*PLANS, registry=registry, id="trainingplan")
-    @kopf.on.resume(*PLANS, registry=registry, id="trainingplan")
-    async def trainingplan_changed(
         name: str,
         namespace: str | None,
-        meta: kopf.Meta,
-        spec: kopf.Spec,
-        status: kopf.Status,
-        body: kopf.Body,
-        patch: kopf.Patch,
         memo: kopf.Memo,
-        gpupool_index: kopf.Index[str, PoolView],
         **_: Any,
     ) -> None:
-        await plan(
-            name, namespace or "", meta, spec, status, body, patch, memo, _pools(gpupool_index)
+        ctl: Controller = memo.controller
+        ctl.in_handler()
+        if type == "DELETED":
+            ctl.observe_plan(body, deleted=True)
+            metrics.forget_plan(namespace or "", name)
+            return
+        ctl.observe_plan(body)
+        launched = TrainingPlanStatus.model_validate(body.get("status") or {}).launch is not None
+        if (type is None and launched) or ctl.plans_need_work(namespace or "", name):
+            await ctl.plan(namespace or "", name)
+
+    @kopf.on.event("batch", "v1", "jobs", registry=registry, id="child-job")
+    async def job_event(
+        body: kopf.Body,
+        labels: kopf.Labels,
+        annotations: kopf.Annotations,
+        memo: kopf.Memo,
+        **_: Any,
+    ) -> None:
+        ctl: Controller = memo.controller
+        ctl.in_handler()
+        if labels.get(COMPONENT_LABEL) == "bench" and POOL_ANNOTATION in annotations:
+            await ctl.pool(annotations[POOL_ANNOTATION])
+        elif (key := ctl.plan_uids.get(labels.get(PLAN_UID_LABEL, ""))) is not None:
+            await ctl.plan(*key)
+
+    @kopf.on.event("v1", "events", registry=registry, id="failed-create")
+    async def event_event(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+        ctl: Controller = memo.controller
+        ctl.in_handler()
+        involved = body.get("involvedObject") or {}
+        uid = str(involved.get("uid") or "")
+        if type == "DELETED" or not uid:
+            return
+        ctl.rejected[uid] = str(body.get("message") or "")
+        key = ctl.plan_for_job(
+            str(involved.get("namespace") or ""), str(involved.get("name") or "")
         )
-
-    @kopf.timer(
-        *PLANS, interval=interval, idle=interval, registry=registry, id="trainingplan-recheck"
-    )
-    async def trainingplan_recheck(
-        name: str,
-        namespace: str | None,
-        meta: kopf.Meta,
-        spec: kopf.Spec,
-        status: kopf.Status,
-        body: kopf.Body,
-        patch: kopf.Patch,
-        memo: kopf.Memo,
-        gpupool_index: kopf.Index[str, PoolView],
-        **_: Any,
-    ) -> None:
-        """Re-plans (or, once launched, re-evaluates) when a pool's coefficients changed or a
-        missing pool appeared."""
-        pools = _pools(gpupool_index)
-        if needs_work(int(meta.get("generation") or 1), dict(spec), dict(status), pools):
-            await plan(name, namespace or "", meta, spec, status, body, patch, memo, pools)
-
-    @kopf.on.delete(*PLANS, registry=registry, optional=True, id="trainingplan-deleted")
-    async def trainingplan_deleted(name: str, namespace: str | None, **_: Any) -> None:
-        metrics.forget_plan(namespace or "", name)
+        if key is not None:
+            await ctl.plan(*key)
 
     return registry

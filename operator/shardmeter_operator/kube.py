@@ -5,12 +5,16 @@ worker thread (never on the event loop). Creates treat 409 as "already there", d
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import kopf
 import kubernetes
+import kubernetes.watch
 from kubernetes.client.exceptions import ApiException
 
 Manifest = dict[str, Any]
@@ -67,6 +71,7 @@ class Kube:
 
     def __init__(self, cfg: kubernetes.client.Configuration) -> None:
         self.client = kubernetes.client.ApiClient(cfg)
+        self._responses: set[Any] = set()
 
     def _api(self, manifest_or_key: Manifest | tuple[str, str]) -> tuple[Any, _Kind]:
         key = (
@@ -128,45 +133,146 @@ class Kube:
             raise _temporary(exc, f"patch {kind_name} {namespace}/{name}") from exc
         return self._plain(obj)
 
-    async def patch_cluster_status(
-        self, group: str, version: str, plural: str, name: str, status: Manifest
-    ) -> None:
-        """Merge-patch the status of a cluster-scoped custom resource."""
-        api = kubernetes.client.CustomObjectsApi(self.client)
+    async def list(
+        self, api_version: str, kind_name: str, namespace: str, label_selector: str
+    ) -> list[Manifest]:
+        """Objects of a kind in a namespace matching a label selector."""
+        api, kind = self._api((api_version, kind_name))
+        fn = getattr(api, f"list_namespaced_{kind.plural}")
         try:
-            await asyncio.to_thread(
-                lambda: api.patch_cluster_custom_object_status(
-                    group,
-                    version,
-                    plural,
-                    name,
-                    {"status": status},
-                    _content_type="application/merge-patch+json",
-                )
-            )
+            result = await asyncio.to_thread(lambda: fn(namespace, label_selector=label_selector))
         except ApiException as exc:
-            if exc.status != 404:
-                raise _temporary(exc, f"patch {plural}/{name} status") from exc
+            raise _temporary(exc, f"list {kind_name} in {namespace}") from exc
+        items = self._plain(result).get("items") or []
+        for item in items:  # list items carry no apiVersion/kind
+            item.setdefault("apiVersion", api_version)
+            item.setdefault("kind", kind_name)
+        return list(items)
 
-    async def patch_namespaced_custom(
-        self, group: str, version: str, namespace: str, plural: str, name: str, body: Manifest
-    ) -> None:
-        api = kubernetes.client.CustomObjectsApi(self.client)
+    async def delete(self, api_version: str, kind_name: str, namespace: str, name: str) -> None:
+        """Delete with Foreground propagation (the object goes once its pods are gone); a
+        missing object is already deleted."""
+        api, kind = self._api((api_version, kind_name))
+        fn = getattr(api, f"delete_namespaced_{kind.plural}")
+        body = kubernetes.client.V1DeleteOptions(propagation_policy="Foreground")
         try:
-            await asyncio.to_thread(
-                lambda: api.patch_namespaced_custom_object(
-                    group,
-                    version,
-                    namespace,
-                    plural,
-                    name,
-                    body,
-                    _content_type="application/merge-patch+json",
-                )
-            )
+            await asyncio.to_thread(lambda: fn(name, namespace, body=body))
         except ApiException as exc:
             if exc.status != 404:
-                raise _temporary(exc, f"patch {plural} {namespace}/{name}") from exc
+                raise _temporary(exc, f"delete {kind_name} {namespace}/{name}") from exc
+
+    async def get_custom(
+        self, group: str, version: str, plural: str, namespace: str | None, name: str
+    ) -> Manifest | None:
+        """A custom object (cluster-scoped when ``namespace`` is None), or None if absent."""
+        api = kubernetes.client.CustomObjectsApi(self.client)
+        try:
+            if namespace is None:
+                obj = await asyncio.to_thread(
+                    api.get_cluster_custom_object, group, version, plural, name
+                )
+            else:
+                obj = await asyncio.to_thread(
+                    api.get_namespaced_custom_object, group, version, namespace, plural, name
+                )
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise _temporary(exc, f"get {plural} {namespace or ''}/{name}") from exc
+        return obj if isinstance(obj, dict) else None
+
+    async def patch_custom_status(
+        self,
+        group: str,
+        version: str,
+        plural: str,
+        namespace: str | None,
+        name: str,
+        status: Manifest,
+    ) -> None:
+        """Merge-patch a custom object's status subresource (gone objects are ignored)."""
+        api = kubernetes.client.CustomObjectsApi(self.client)
+        body = {"status": status}
+        merge = "application/merge-patch+json"
+        try:
+            if namespace is None:
+                await asyncio.to_thread(
+                    lambda: api.patch_cluster_custom_object_status(
+                        group, version, plural, name, body, _content_type=merge
+                    )
+                )
+            else:
+                await asyncio.to_thread(
+                    lambda: api.patch_namespaced_custom_object_status(
+                        group, version, namespace, plural, name, body, _content_type=merge
+                    )
+                )
+        except ApiException as exc:
+            if exc.status != 404:
+                raise _temporary(exc, f"patch {plural} {namespace or ''}/{name} status") from exc
+
+    async def ensure_cluster_peering(self, name: str) -> None:
+        """Create kopf's ClusterKopfPeering ``name`` (the replicas elect a leader through it)."""
+        api = kubernetes.client.CustomObjectsApi(self.client)
+        body = {
+            "apiVersion": "kopf.dev/v1",
+            "kind": "ClusterKopfPeering",
+            "metadata": {"name": name, "labels": {"app.kubernetes.io/part-of": "shardmeter"}},
+        }
+        try:
+            await asyncio.to_thread(
+                api.create_cluster_custom_object, "kopf.dev", "v1", "clusterkopfpeerings", body
+            )
+        except ApiException as exc:
+            if exc.status != 409:
+                raise _temporary(exc, f"create clusterkopfpeering {name}") from exc
+
+    def watch_configmaps(
+        self,
+        namespace: str,
+        label_selector: str,
+        on_event: Callable[[str, Manifest], None],
+        stop: threading.Event,
+    ) -> None:
+        """Blocking (run it in a thread): watch ConfigMaps in one namespace — a namespaced
+        watch, so the operator needs no cluster-wide permission on ConfigMaps — and call
+        ``on_event(type, object)`` for each change until ``stop`` is set (``stop_watches``
+        interrupts a blocked read). Reconnects after errors and when the server ends."""
+        api = kubernetes.client.CoreV1Api(self.client)
+        version = ""
+        while not stop.is_set():
+            try:
+                response: Any = api.list_namespaced_config_map(
+                    namespace,
+                    label_selector=label_selector,
+                    watch=True,
+                    resource_version=version or None,
+                    timeout_seconds=300,
+                    _preload_content=False,
+                    _request_timeout=330,
+                )
+                self._responses.add(response)
+                try:
+                    for line in response:
+                        if stop.is_set():
+                            break
+                        event = json.loads(line)
+                        obj = event.get("object") or {}
+                        if event.get("type") == "ERROR":
+                            version = ""  # e.g. 410 Gone: start over with a fresh list
+                            break
+                        version = str((obj.get("metadata") or {}).get("resourceVersion") or "")
+                        on_event(str(event.get("type")), obj)
+                finally:
+                    self._responses.discard(response)
+                    response.release_conn()
+            except Exception:  # the API server restarted, a network blip…
+                stop.wait(2.0)
+
+    def stop_watches(self) -> None:
+        """Interrupt the blocked reads of :meth:`watch_configmaps` (from another thread)."""
+        for response in list(self._responses):
+            response.shutdown()
 
     def close(self) -> None:
         self.client.close()

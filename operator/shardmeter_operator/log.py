@@ -5,8 +5,40 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import MutableMapping
+from typing import Any
 
 import structlog
+
+MAX_EVENT_CHARS = 240
+
+
+def compact(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+    """One short line per event: kopf's per-object loggers attach the whole operator settings
+    (``settings``, ≈2 KB) and an object reference; keep only ``obj=Kind namespace/name``."""
+    for key in ("settings", "k8s_skip", "taskName"):
+        event.pop(key, None)
+    ref = event.pop("k8s_ref", None)
+    if isinstance(ref, dict):
+        where = "/".join(str(p) for p in (ref.get("namespace"), ref.get("name")) if p)
+        event.setdefault("obj", f"{ref.get('kind', '')} {where}".strip())
+    text = event.get("event")
+    if isinstance(text, str) and len(text) > MAX_EVENT_CHARS:
+        event["event"] = text[: MAX_EVENT_CHARS - 1] + "…"
+    return event
+
+
+class QuietHandlers(logging.Filter):
+    """kopf logs "Handler 'x' succeeded." at INFO for every watch event it delivers (every
+    Job status change, every status patch): demote those to DEBUG. The operator logs one line
+    per reconcile that changed something instead."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno == logging.INFO and record.name.startswith("kopf"):
+            message = record.getMessage()
+            if message.startswith("Handler ") and message.endswith(" succeeded."):
+                return logging.getLogger().isEnabledFor(logging.DEBUG)
+        return True
 
 
 def configure(level: str = "INFO", json_logs: bool | None = None) -> None:
@@ -26,12 +58,15 @@ def configure(level: str = "INFO", json_logs: bool | None = None) -> None:
         cache_logger_on_first_use=True,
     )
     handler = logging.StreamHandler(sys.stderr)
+    handler.addFilter(QuietHandlers())
     handler.setFormatter(
         structlog.stdlib.ProcessorFormatter(
             processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
-            foreign_pre_chain=[*shared, structlog.stdlib.ExtraAdder()],
+            foreign_pre_chain=[*shared, structlog.stdlib.ExtraAdder(), compact],
         )
     )
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+    # one access-log line per kubelet probe of kopf's /healthz: only at DEBUG
+    logging.getLogger("aiohttp.access").setLevel(max(root.level, logging.WARNING))

@@ -12,15 +12,19 @@ the API, and are unit-tested without a cluster.
 from __future__ import annotations
 
 import copy
-import hashlib
 import json
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from shardmeter.cost.coefficients import CoefficientsDocument
-from shardmeter.errors import SpecError
-from shardmeter_operator.resources import API_VERSION, GPUPoolSpec
+from shardmeter_operator.errors import TemplateError
+from shardmeter_operator.names import (
+    INDEXED_JOB_NAME_MAX,
+    child_name,
+    label_value,
+    subdomain_name,
+)
+from shardmeter_operator.resources import API_VERSION, DiLoCoSettings, GPUPoolSpec, IslandStatus
 
 Manifest = dict[str, Any]
 MANAGED_BY = {
@@ -29,21 +33,17 @@ MANAGED_BY = {
 }
 POOL_LABEL = "shardmeter.io/pool"
 PLAN_LABEL = "shardmeter.io/trainingplan"
+PLAN_UID_LABEL = "shardmeter.io/trainingplan-uid"
+"""Selects a plan's children exactly (a plan's name may be too long for a label value)."""
+PLAN_REVISION_LABEL = "shardmeter.io/plan-revision"
+"""The launch decision a child belongs to: only children of the current revision are adopted."""
 ISLAND_LABEL = "shardmeter.io/island"
 COMPONENT_LABEL = "shardmeter.io/component"
+POOL_ANNOTATION = "shardmeter.io/gpupool"
+"""The exact GPUPool name on its children (the label value may be shortened)."""
 COMPLETION_INDEX = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
 MASTER_PORT = 29500
 GPU_RESOURCE = "nvidia.com/gpu"
-
-
-def dns_name(*parts: str | int, max_len: int = 63) -> str:
-    """A DNS-1123 label from ``parts``; too long → truncated plus a short hash (stable)."""
-    raw = "-".join(str(p) for p in parts).lower()
-    name = re.sub(r"[^a-z0-9-]+", "-", raw).strip("-")
-    if len(name) <= max_len:
-        return name
-    digest = hashlib.sha1(raw.encode()).hexdigest()[:8]
-    return f"{name[: max_len - 9].rstrip('-')}-{digest}"
 
 
 def owner_reference(kind: str, name: str, uid: str) -> dict[str, Any]:
@@ -70,7 +70,11 @@ def _meta(
 
 # ---- GPUPool ---------------------------------------------------------------------------------
 def coefficients_configmap_name(pool: str) -> str:
-    return dns_name("shardmeter-coefficients", pool, max_len=253)
+    return subdomain_name("shardmeter-coefficients", pool)
+
+
+def pool_labels(pool: str, component: str) -> dict[str, str]:
+    return {POOL_LABEL: label_value(pool), COMPONENT_LABEL: component}
 
 
 def coefficients_configmap(
@@ -79,26 +83,31 @@ def coefficients_configmap(
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": _meta(
-            coefficients_configmap_name(pool),
-            namespace,
-            {POOL_LABEL: pool, COMPONENT_LABEL: "coefficients"},
-            owner,
-        ),
+        "metadata": {
+            **_meta(
+                coefficients_configmap_name(pool),
+                namespace,
+                pool_labels(pool, "coefficients"),
+                owner,
+            ),
+            "annotations": {POOL_ANNOTATION: pool},
+        },
         "data": doc.to_configmap_data(),
     }
 
 
 def bench_job_name(pool: str, generation: int, attempt: int) -> str:
-    return dns_name("shardmeter-bench", pool, f"g{generation}", f"a{attempt}")
+    return child_name(
+        "shardmeter-bench", pool, f"g{generation}-a{attempt}", max_len=INDEXED_JOB_NAME_MAX
+    )
 
 
 def bench_role(
     pool: str, namespace: str, service_account: str, owner: dict[str, Any]
 ) -> tuple[Manifest, Manifest]:
     """Role + RoleBinding letting the bench ServiceAccount get/patch only this pool's ConfigMap."""
-    name = dns_name("shardmeter-bench", pool)
-    labels = {POOL_LABEL: pool, COMPONENT_LABEL: "bench"}
+    name = child_name("shardmeter-bench", pool)
+    labels = pool_labels(pool, "bench")
     role = {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "Role",
@@ -171,7 +180,7 @@ def bench_job(
     """The Indexed benchmark Job (one pod per node, torchrun inside) and its Service."""
     name = bench_job_name(pool, generation, attempt)
     nodes = min(spec.benchmark.nodes, spec.nodes)
-    labels = {POOL_LABEL: pool, COMPONENT_LABEL: "bench"}
+    labels = pool_labels(pool, "bench")
     gpu = spec.gpu.name
     command = [
         "torchrun",
@@ -205,7 +214,11 @@ def bench_job(
         "kind": "Job",
         "metadata": {
             **_meta(name, namespace, labels, owner),
-            "annotations": {"shardmeter.io/gpu": gpu, "shardmeter.io/attempt": str(attempt)},
+            "annotations": {
+                "shardmeter.io/gpu": gpu,
+                "shardmeter.io/attempt": str(attempt),
+                POOL_ANNOTATION: pool,
+            },
         },
         "spec": {
             "completionMode": "Indexed",
@@ -252,42 +265,43 @@ def bench_job(
 
 # ---- TrainingPlan ----------------------------------------------------------------------------
 def validate_template(template: Mapping[str, Any], where: str = "spec.template") -> None:
-    """A batch/v1 JobTemplateSpec the operator can rewrite; raises SpecError naming the field."""
+    """A batch/v1 JobTemplateSpec the operator can rewrite; raises TemplateError naming the field."""
     if not isinstance(template, Mapping) or not template:
-        raise SpecError(
+        raise TemplateError(
             where, "is required when launch is true: a batch/v1 JobTemplateSpec {metadata, spec}"
         )
     spec = template.get("spec")
     if not isinstance(spec, Mapping):
-        raise SpecError(f"{where}.spec", "must be a Job spec (with template.spec.containers)")
+        raise TemplateError(f"{where}.spec", "must be a Job spec (with template.spec.containers)")
     for key in ("completions", "parallelism", "completionMode"):
         if key in spec:
-            raise SpecError(
+            raise TemplateError(
                 f"{where}.spec.{key}", "is set by the operator from the plan; remove it"
             )
     pod = (
         spec.get("template", {}).get("spec") if isinstance(spec.get("template"), Mapping) else None
     )
     if not isinstance(pod, Mapping):
-        raise SpecError(f"{where}.spec.template.spec", "must be a pod spec with containers")
+        raise TemplateError(f"{where}.spec.template.spec", "must be a pod spec with containers")
     containers = pod.get("containers")
     if not isinstance(containers, list) or not containers:
-        raise SpecError(
+        raise TemplateError(
             f"{where}.spec.template.spec.containers", "must list at least one container"
         )
     for i, c in enumerate(containers):
         if not isinstance(c, Mapping) or not c.get("name") or not c.get("image"):
-            raise SpecError(
+            raise TemplateError(
                 f"{where}.spec.template.spec.containers[{i}]", "needs a name and an image"
             )
     if pod.get("restartPolicy") not in (None, "Never", "OnFailure"):
-        raise SpecError(
+        raise TemplateError(
             f"{where}.spec.template.spec.restartPolicy", "must be Never or OnFailure for a Job"
         )
 
 
 def island_job_name(plan: str, index: int) -> str:
-    return dns_name(plan, "island", index)
+    """The island's Indexed Job and its headless Service (a DNS-1035 label ≤ 52)."""
+    return child_name("", plan, f"island-{index}", max_len=INDEXED_JOB_NAME_MAX)
 
 
 def torchtitan_args(island: int, islands: int, sync_every: int, fragments: int, delay: int) -> str:
@@ -312,35 +326,41 @@ def _merge_env(
     return [dict(e) for e in existing or [] if e.get("name") not in names] + list(ours)
 
 
+def child_labels(plan: str, uid: str, revision: str) -> dict[str, str]:
+    """Labels every child of a launched TrainingPlan carries."""
+    return {PLAN_LABEL: label_value(plan), PLAN_UID_LABEL: uid, PLAN_REVISION_LABEL: revision}
+
+
 def island_manifests(
     plan: str,
     namespace: str,
     owner: dict[str, Any],
     template: Mapping[str, Any],
-    islands: Sequence[Mapping[str, Any]],
+    islands: Sequence[IslandStatus],
     pools: Mapping[str, GPUPoolSpec],
-    sync_every: int,
-    fragments: int,
-    delay: int,
+    settings: DiLoCoSettings | None,
     plan_json: str,
+    labels: Mapping[str, str],
 ) -> list[Manifest]:
-    """Jobs and Services for every island (validated before anything is created)."""
+    """Jobs and Services for every island (validated before anything is created).
+    ``labels`` (:func:`child_labels`) go on every child and its pods."""
     validate_template(template)
+    s = settings or DiLoCoSettings(sync_every=1, fragments=1, fragment_sync_delay=0)
     out: list[Manifest] = []
     n = len(islands)
     for i, isl in enumerate(islands):
-        name = str(isl["name"])
-        pool = pools[str(isl["pool"])]
-        nodes, gpn = int(isl["nodes"]), int(isl["gpusPerNode"])
-        labels = {PLAN_LABEL: plan, ISLAND_LABEL: str(i), POOL_LABEL: str(isl["pool"])}
+        name = isl.name
+        pool = pools[isl.pool]
+        nodes, gpn = isl.nodes, isl.gpus_per_node
+        ours = {**labels, ISLAND_LABEL: str(i), POOL_LABEL: label_value(isl.pool)}
         job = copy.deepcopy(dict(template))
         meta = job.setdefault("metadata", {})
-        job_meta = {**meta, **_meta(name, namespace, {**meta.get("labels", {}), **labels}, owner)}
+        job_meta = {**meta, **_meta(name, namespace, {**meta.get("labels", {}), **ours}, owner)}
         spec = job.setdefault("spec", {})
         spec.update(completionMode="Indexed", completions=nodes, parallelism=nodes)
         spec.setdefault("backoffLimit", 0)
         pod_t = spec.setdefault("template", {})
-        pod_t.setdefault("metadata", {}).setdefault("labels", {}).update({**MANAGED_BY, **labels})
+        pod_t.setdefault("metadata", {}).setdefault("labels", {}).update({**MANAGED_BY, **ours})
         pod = pod_t.setdefault("spec", {})
         pod.setdefault("restartPolicy", "Never")
         pod["subdomain"] = name
@@ -353,16 +373,16 @@ def island_manifests(
             *_torchrun_env(name, namespace, nodes, gpn),
             {"name": "SHARDMETER_ISLAND_ID", "value": str(i)},
             {"name": "SHARDMETER_NUM_ISLANDS", "value": str(n)},
-            {"name": "SHARDMETER_MICRO_BATCH", "value": str(isl["microBatch"])},
-            {"name": "SHARDMETER_GRAD_ACCUM", "value": str(isl["accumulation"])},
-            {"name": "SHARDMETER_LOCAL_BATCH_TOKENS", "value": str(isl["localBatchTokens"])},
-            {"name": "SHARDMETER_SYNC_EVERY", "value": str(sync_every)},
-            {"name": "SHARDMETER_NUM_FRAGMENTS", "value": str(fragments)},
-            {"name": "SHARDMETER_FRAGMENT_SYNC_DELAY", "value": str(delay)},
+            {"name": "SHARDMETER_MICRO_BATCH", "value": str(isl.micro_batch)},
+            {"name": "SHARDMETER_GRAD_ACCUM", "value": str(isl.accumulation)},
+            {"name": "SHARDMETER_LOCAL_BATCH_TOKENS", "value": str(isl.local_batch_tokens)},
+            {"name": "SHARDMETER_SYNC_EVERY", "value": str(s.sync_every)},
+            {"name": "SHARDMETER_NUM_FRAGMENTS", "value": str(s.fragments)},
+            {"name": "SHARDMETER_FRAGMENT_SYNC_DELAY", "value": str(s.fragment_sync_delay)},
             {"name": "SHARDMETER_PLAN", "value": plan_json},
             {
                 "name": "SHARDMETER_TORCHTITAN_ARGS",
-                "value": torchtitan_args(i, n, sync_every, fragments, delay),
+                "value": torchtitan_args(i, n, s.sync_every, s.fragments, s.fragment_sync_delay),
             },
         ]
         for c in pod["containers"]:
@@ -371,5 +391,5 @@ def island_manifests(
         first.setdefault("resources", {}).setdefault("limits", {})[GPU_RESOURCE] = str(gpn)
         job["metadata"] = job_meta
         job["apiVersion"], job["kind"] = "batch/v1", "Job"
-        out += [job, _headless_service(name, namespace, labels, owner)]
+        out += [job, _headless_service(name, namespace, ours, owner)]
     return out

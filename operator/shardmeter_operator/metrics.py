@@ -4,11 +4,15 @@ suffixes; per-object series are removed when the object goes away."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from shardmeter_operator.resources import Predictions
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 PLAN_LABELS = ("namespace", "trainingplan")
@@ -59,6 +63,13 @@ plan_recommendation = Gauge(
     "shardmeter_plan_recommended_settings_info",
     "Always 1; labels carry the Streaming DiLoCo settings that avoid blocking.",
     (*PLAN_LABELS, "sync_every", "fragments", "fragment_sync_delay"),
+    registry=REGISTRY,
+)
+ISLAND_STATES = ("pending", "running", "succeeded", "failed")
+plan_islands = Gauge(
+    "shardmeter_plan_islands",
+    "Islands of a launched TrainingPlan by state (pending, running, succeeded, failed).",
+    (*PLAN_LABELS, "state"),
     registry=REGISTRY,
 )
 pool_fit_mape_ratio = Gauge(
@@ -136,19 +147,24 @@ def set_plan(
     plan_infeasible.labels(*labels).set(0)
 
 
-def set_predictions(namespace: str, name: str, predictions: dict[str, float | str]) -> None:
+def set_predictions(namespace: str, name: str, p: Predictions) -> None:
     """The plan gauges from a TrainingPlan's ``status.predictions``."""
-    p = predictions
     set_plan(
         namespace,
         name,
-        step=float(p["stepSeconds"]),
-        tokens=float(p["tokensPerSecond"]),
-        cost=float(p["costUsd"]),
-        duration=float(p["hours"]) * 3600,
-        blocking=float(p["outerStepBlockingSeconds"]),
-        mfu=float(p["mfu"]),
+        step=p.step_seconds,
+        tokens=p.tokens_per_second,
+        cost=p.cost_usd,
+        duration=p.hours * 3600,
+        blocking=p.outer_step_blocking_seconds,
+        mfu=p.mfu,
     )
+
+
+def set_islands(namespace: str, name: str, states: Sequence[str]) -> None:
+    """How many islands of a launched plan are in each state (every state, zeros included)."""
+    for state in ISLAND_STATES:
+        plan_islands.labels(namespace, name, state).set(sum(s == state for s in states))
 
 
 def set_recommendation(
@@ -173,6 +189,7 @@ def forget_plan(namespace: str, name: str) -> None:
         plan_mfu_ratio,
         plan_infeasible,
         plan_recommendation,
+        plan_islands,
     ):
         _drop(g, (namespace, name))
 

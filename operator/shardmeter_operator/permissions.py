@@ -1,7 +1,18 @@
-"""Every Kubernetes permission the operator needs, and why. The Helm chart's RBAC is
-generated from nothing else: a test compares its ClusterRole and Role with this list, and
-another checks that the operator's API calls (`shardmeter_operator.kube`) and kopf's stay
-inside it."""
+"""Every Kubernetes permission the operator needs, and why. The Helm chart's RBAC is generated
+from nothing else: a test compares its ClusterRole and Roles with this list in both modes,
+and another replays the operator's real API calls (its Kube facade and kopf's) against them.
+
+Scopes:
+
+* ``cluster`` — always a ClusterRole: cluster-scoped objects (GPUPools, CRDs, kopf's peering);
+* ``workload`` — where TrainingPlans live: a ClusterRole when the operator watches every
+  namespace; with ``operator.watchNamespaces`` a Role in each watched namespace and in the
+  release namespace (which the operator then serves too: its benchmark Jobs live there);
+* ``operator-namespace`` — a Role in the release namespace (coefficients ConfigMaps, the
+  benchmark's narrow Role);
+* ``namespaced-mode`` — a ClusterRole only with ``operator.watchNamespaces`` (kopf lists and
+  watches Namespaces to serve a fixed set of them).
+"""
 
 from __future__ import annotations
 
@@ -14,47 +25,28 @@ class Permission:
     resource: str
     verbs: tuple[str, ...]
     scope: str
-    """"cluster" (ClusterRole) or "operator-namespace" (Role in the release namespace)."""
+    """"cluster" | "workload" | "operator-namespace" | "namespaced-mode" (module docstring)."""
     why: str
 
 
 PERMISSIONS: tuple[Permission, ...] = (
-    # kopf: watch and patch the custom resources (status via the subresource)
+    # GPUPools (cluster-scoped): watched; patch only to drop finalizers an older version left
     Permission(
         "shardmeter.io",
         "gpupools",
         ("get", "list", "watch", "patch"),
         "cluster",
-        "kopf watches GPUPools and stores handler progress in annotations",
+        "the operator watches GPUPools (patch: kopf removes finalizers left by v0.1)",
     ),
     Permission("shardmeter.io", "gpupools/status", ("get", "patch"), "cluster", "GPUPool status"),
-    Permission(
-        "shardmeter.io",
-        "trainingplans",
-        ("get", "list", "watch", "patch"),
-        "cluster",
-        "kopf watches TrainingPlans and stores handler progress in annotations",
-    ),
-    Permission(
-        "shardmeter.io", "trainingplans/status", ("get", "patch"), "cluster", "TrainingPlan status"
-    ),
-    # children carry blockOwnerDeletion: clusters that enforce owner-reference permissions
-    # (OwnerReferencesPermissionEnforcement) require update on the owner's finalizers
     Permission(
         "shardmeter.io",
         "gpupools/finalizers",
         ("update",),
         "cluster",
-        "set blockOwnerDeletion on the ConfigMaps, Jobs and Roles a GPUPool owns",
+        "set blockOwnerDeletion on the ConfigMaps, Jobs and Roles a GPUPool owns "
+        "(clusters enforcing OwnerReferencesPermissionEnforcement)",
     ),
-    Permission(
-        "shardmeter.io",
-        "trainingplans/finalizers",
-        ("update",),
-        "cluster",
-        "set blockOwnerDeletion on the Jobs and Services a TrainingPlan owns",
-    ),
-    # kopf: resource discovery and events
     Permission(
         "apiextensions.k8s.io",
         "customresourcedefinitions",
@@ -62,22 +54,74 @@ PERMISSIONS: tuple[Permission, ...] = (
         "cluster",
         "kopf discovers the CRDs",
     ),
-    Permission("", "events", ("create",), "cluster", "kopf posts Events on key transitions"),
     Permission(
-        "events.k8s.io", "events", ("create",), "cluster", "kopf posts Events (events.k8s.io)"
+        "kopf.dev",
+        "clusterkopfpeerings",
+        ("get", "list", "watch", "patch", "create"),
+        "cluster",
+        "leader election between replicas (kopf peering); the operator creates its peering",
     ),
-    # island Jobs and their rendezvous Services, in the TrainingPlans' namespaces
-    Permission("batch", "jobs", ("get", "create"), "cluster", "one Indexed Job per island"),
     Permission(
-        "", "services", ("get", "create"), "cluster", "a headless Service per Job (rendezvous)"
+        "",
+        "namespaces",
+        ("list", "watch"),
+        "namespaced-mode",
+        "kopf lists and watches Namespaces to serve the watched ones",
     ),
-    # the operator namespace: coefficients, benchmark Jobs and the benchmark's narrow Role
+    # TrainingPlans and their children, where the plans are
+    Permission(
+        "shardmeter.io",
+        "trainingplans",
+        ("get", "list", "watch", "patch"),
+        "workload",
+        "the operator watches TrainingPlans (patch: kopf removes finalizers left by v0.1)",
+    ),
+    Permission(
+        "shardmeter.io",
+        "trainingplans/status",
+        ("get", "patch"),
+        "workload",
+        "TrainingPlan status",
+    ),
+    Permission(
+        "shardmeter.io",
+        "trainingplans/finalizers",
+        ("update",),
+        "workload",
+        "set blockOwnerDeletion on the Jobs and Services a TrainingPlan owns",
+    ),
+    Permission(
+        "batch",
+        "jobs",
+        ("get", "list", "watch", "create", "delete"),
+        "workload",
+        "island Jobs (and benchmark Jobs): created, followed, deleted by a relaunch",
+    ),
+    Permission(
+        "",
+        "services",
+        ("get", "list", "create", "delete"),
+        "workload",
+        "a headless Service per Job (rendezvous); deleted by a relaunch",
+    ),
+    Permission(
+        "",
+        "events",
+        ("create", "list", "watch"),
+        "workload",
+        "Events on the operator's objects; the Job controller's FailedCreate Events "
+        "(pods rejected by quota or PodSecurity)",
+    ),
+    Permission(
+        "events.k8s.io", "events", ("create",), "workload", "kopf posts Events (events.k8s.io)"
+    ),
+    # the operator namespace: coefficients and the benchmark's narrow Role
     Permission(
         "",
         "configmaps",
-        ("get", "create", "patch"),
+        ("get", "list", "watch", "create", "patch"),
         "operator-namespace",
-        "the coefficients ConfigMap of every GPUPool",
+        "the coefficients ConfigMap of every GPUPool, watched for edits",
     ),
     Permission(
         "rbac.authorization.k8s.io",

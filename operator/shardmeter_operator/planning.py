@@ -1,40 +1,67 @@
-"""Pure planning for TrainingPlans: resources → the model's PlanSpec → search → status.
-No Kubernetes calls here; the handlers run `plan_status` in a worker thread."""
+"""Pure planning for TrainingPlans: resources → the model's PlanSpec → search → the typed
+status pieces (:mod:`shardmeter_operator.resources`). No Kubernetes calls here; the
+reconciler runs `plan_outcome` and `reevaluate` in a worker thread."""
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import ValidationError
+
 from shardmeter.cost.coefficients import CoefficientsDocument
-from shardmeter.errors import SpecError
+from shardmeter.errors import SpecError, spec_error_from_validation
 from shardmeter.plan.fixed import FixedGroup, evaluate_fixed
-from shardmeter.plan.result import PlanResult, build_result
+from shardmeter.plan.result import build_result
 from shardmeter.plan.schema import PlanPool, PlanSpec
 from shardmeter.plan.search import search
+from shardmeter_operator.errors import PoolInvalidError, PoolNotFoundError
 from shardmeter_operator.manifests import island_job_name
-from shardmeter_operator.resources import GPUPoolSpec, TrainingPlanSpec
+from shardmeter_operator.resources import (
+    DiLoCoSettings,
+    FrontierPoint,
+    GPUPoolSpec,
+    IslandStatus,
+    Predictions,
+    TrainingPlanSpec,
+)
 
 FRONTIER_IN_STATUS = 5
+BLOCKING_EPSILON_S = 1e-9
+"""Outer-step stalls shorter than this count as hidden (one definition, used everywhere)."""
+
+
+def is_blocking(blocking_s: float) -> bool:
+    return blocking_s > BLOCKING_EPSILON_S
 
 
 def revision(*parts: Any) -> str:
-    """A short stable hash of JSON-able parts (pool spec + coefficients)."""
+    """A short stable hash of JSON-able parts (pool spec + coefficients, a launch decision)."""
     text = json.dumps(parts, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def plan_request(spec: TrainingPlanSpec, pools: Mapping[str, GPUPoolSpec]) -> PlanSpec:
-    """The model's planning request for a TrainingPlan; unknown pools are spec errors."""
+def plan_request(
+    spec: TrainingPlanSpec,
+    pools: Mapping[str, GPUPoolSpec],
+    invalid: Mapping[str, str] | None = None,
+) -> PlanSpec:
+    """The model's planning request for a TrainingPlan. A pool in ``invalid`` (name → why)
+    raises PoolInvalidError, a pool in neither PoolNotFoundError."""
     plan_pools = []
     for i, ref in enumerate(spec.pools):
+        if invalid and ref.name in invalid:
+            raise PoolInvalidError(
+                f"spec.pools[{i}].name",
+                f"GPUPool {ref.name!r} is invalid ({invalid[ref.name]}); fix the GPUPool",
+            )
         pool = pools.get(ref.name)
         if pool is None:
             known = ", ".join(sorted(pools)) or "none"
-            raise SpecError(
+            raise PoolNotFoundError(
                 f"spec.pools[{i}].name",
                 f"GPUPool {ref.name!r} not found (GPUPools: {known}); create it or fix the name",
             )
@@ -42,9 +69,12 @@ def plan_request(spec: TrainingPlanSpec, pools: Mapping[str, GPUPoolSpec]) -> Pl
             by_alias=False,
             include=set(PlanPool.model_fields) - {"name", "coefficients", "max_nodes"},
         )
-        plan_pools.append(
-            PlanPool.model_validate({**hardware, "name": ref.name, "max_nodes": ref.max_nodes})
-        )
+        try:
+            plan_pools.append(
+                PlanPool.model_validate({**hardware, "name": ref.name, "max_nodes": ref.max_nodes})
+            )
+        except ValidationError as exc:
+            raise spec_error_from_validation(exc, f"spec.pools[{i}]") from exc
     base = spec.model_dump(
         by_alias=False, include={"model", "training", "strategy", "constraints", "objective"}
     )
@@ -56,134 +86,136 @@ def plan_request(spec: TrainingPlanSpec, pools: Mapping[str, GPUPoolSpec]) -> Pl
 
 @dataclass(frozen=True)
 class PlanOutcome:
-    status: dict[str, Any]
-    """The status fields of a planned TrainingPlan (camelCase)."""
-    result: PlanResult
+    """The chosen plan as status pieces."""
+
+    plan: str
+    island_count: int
+    gpus: int
+    islands: list[IslandStatus]
+    settings: DiLoCoSettings | None
+    predictions: Predictions
+    frontier: list[FrontierPoint]
+    sources: dict[str, str]
+    """Pool → "measured" | "prior"."""
 
 
-def plan_status(
-    name: str,
-    request: PlanSpec,
-    docs: Mapping[str, CoefficientsDocument | None],
-    revisions: Mapping[str, str],
+def plan_outcome(
+    name: str, request: PlanSpec, docs: Mapping[str, CoefficientsDocument | None]
 ) -> PlanOutcome:
     """Search and describe the chosen plan. Raises InfeasibleError / SpecError."""
     result = build_result(search(request, dict(docs)))
     c, d = result.chosen, result.detail
-    islands: list[dict[str, Any]] = []
+    islands: list[IslandStatus] = []
     for g in c.groups:
         for _ in range(g.count):
             islands.append(
-                {
-                    "name": island_job_name(name, len(islands)),
-                    "pool": g.pool,
-                    "nodes": g.nodes,
-                    "gpusPerNode": g.gpus_per_node,
-                    "microBatch": g.micro_batch,
-                    "accumulation": g.accumulation,
-                    "localBatchTokens": g.local_batch_tokens,
-                    "stepSeconds": round(g.step_s, 6),
-                }
+                IslandStatus(
+                    name=island_job_name(name, len(islands)),
+                    pool=g.pool,
+                    nodes=g.nodes,
+                    gpus_per_node=g.gpus_per_node,
+                    micro_batch=g.micro_batch,
+                    accumulation=g.accumulation,
+                    local_batch_tokens=g.local_batch_tokens,
+                    step_seconds=round(g.step_s, 6),
+                )
             )
     blocking = d.diloco.blocking_s_per_outer_step if d.diloco is not None else 0.0
-    status: dict[str, Any] = {
-        "plan": c.label,
-        "islandCount": c.islands,
-        "gpus": c.gpus,
-        "islands": islands,
-        "streamingDiLoCo": (
-            {
-                "syncEvery": c.sync_every,
-                "fragments": c.fragments,
-                "fragmentSyncDelay": c.fragment_sync_delay,
-            }
-            if request.strategy.is_diloco
-            else None
-        ),
-        "predictions": {
-            "stepSeconds": round(c.step_s, 6),
-            "tokensPerSecond": round(c.tokens_per_s, 3),
-            "hours": round(c.hours, 4),
-            "costUsd": round(c.cost_usd, 2),
-            "mfu": round(c.mfu, 4),
-            "bottleneck": d.bottleneck,
-            "outerStepBlockingSeconds": round(blocking, 6),
-        },
-        "frontier": [
-            {
-                "label": p.label,
-                "tokensPerSecond": round(p.tokens_per_s, 3),
-                "hours": round(p.hours, 4),
-                "costUsd": round(p.cost_usd, 2),
-            }
-            for p in result.frontier[:FRONTIER_IN_STATUS]
-        ],
-        "coefficients": [
-            {
-                "pool": pool,
-                "source": result.coefficient_sources[pool],
-                "revision": revisions.get(pool, ""),
-            }
-            for pool in result.coefficient_sources
-        ],
-    }
-    return PlanOutcome(status, result)
+    settings = (
+        DiLoCoSettings(
+            sync_every=c.sync_every,
+            fragments=c.fragments,
+            fragment_sync_delay=c.fragment_sync_delay,
+        )
+        if request.strategy.is_diloco
+        else None
+    )
+    predictions = Predictions(
+        step_seconds=round(c.step_s, 6),
+        tokens_per_second=round(c.tokens_per_s, 3),
+        hours=round(c.hours, 4),
+        cost_usd=round(c.cost_usd, 2),
+        mfu=round(c.mfu, 4),
+        bottleneck=d.bottleneck,
+        outer_step_blocking_seconds=round(blocking, 6),
+    )
+    frontier = [
+        FrontierPoint(
+            label=p.label,
+            tokens_per_second=round(p.tokens_per_s, 3),
+            hours=round(p.hours, 4),
+            cost_usd=round(p.cost_usd, 2),
+        )
+        for p in result.frontier[:FRONTIER_IN_STATUS]
+    ]
+    return PlanOutcome(
+        c.label,
+        c.islands,
+        c.gpus,
+        islands,
+        settings,
+        predictions,
+        frontier,
+        dict(result.coefficient_sources),
+    )
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """Streaming DiLoCo settings for the islands in use that block less (or not at all)."""
+
+    sync_every: int
+    fragments: int
+    fragment_sync_delay: int
+    zero_blocking: bool
+    text: str
 
 
 @dataclass(frozen=True)
 class Reevaluation:
-    predictions: dict[str, Any]
+    predictions: Predictions
     blocking_s: float
-    recommendation: str
-    """Empty when the outer step is hidden; else the settings to use instead."""
+    recommendation: Recommendation | None
+    """None when the outer step is hidden; else the settings to use instead."""
 
 
 def reevaluate(
-    request: PlanSpec, docs: Mapping[str, CoefficientsDocument | None], status: Mapping[str, Any]
+    request: PlanSpec,
+    docs: Mapping[str, CoefficientsDocument | None],
+    islands: Sequence[IslandStatus],
+    settings: DiLoCoSettings | None,
+    previous: Predictions | None,
 ) -> Reevaluation:
     """Predict a launched plan again with the current coefficients (islands unchanged)."""
     groups: dict[tuple[Any, ...], int] = {}
-    for isl in status.get("islands", []):
-        key = (
-            isl["pool"],
-            isl["nodes"],
-            isl["gpusPerNode"],
-            isl["microBatch"],
-            isl["accumulation"],
-        )
+    for isl in islands:
+        key = (isl.pool, isl.nodes, isl.gpus_per_node, isl.micro_batch, isl.accumulation)
         groups[key] = groups.get(key, 0) + 1
     fixed = [FixedGroup(k[0], n, k[1], k[2], k[3], k[4]) for k, n in groups.items()]
-    s = status.get("streamingDiLoCo") or {}
-    ev = evaluate_fixed(
-        request,
-        docs,
-        fixed,
-        int(s.get("syncEvery", 1)),
-        int(s.get("fragments", 1)),
-        int(s.get("fragmentSyncDelay", 0)),
-    )
-    rec = ""
-    if ev.blocking_s_per_outer_step > 1e-9 and ev.recommended is not None:
+    s = settings or DiLoCoSettings(sync_every=1, fragments=1, fragment_sync_delay=0)
+    ev = evaluate_fixed(request, docs, fixed, s.sync_every, s.fragments, s.fragment_sync_delay)
+    rec = None
+    if is_blocking(ev.blocking_s_per_outer_step) and ev.recommended is not None:
         r = ev.recommended
-        rec = (
-            f"fragments {r.fragments}, fragmentSyncDelay {r.delay} at syncEvery {r.sync_every}"
-            + (
-                ""
-                if r.zero_blocking
-                else f" (still {r.blocking_s_per_outer_step:.3g} s blocking; "
+        text = f"fragments {r.fragments}, fragmentSyncDelay {r.delay} at syncEvery {r.sync_every}"
+        if not r.zero_blocking:
+            text += (
+                f" (still {r.blocking_s_per_outer_step:.3g} s blocking; "
                 f"syncEvery ≥ {r.sync_every_for_zero_blocking} would hide it)"
             )
-        )
-    prev = status.get("predictions") or {}
-    predictions = {
-        **prev,
-        "stepSeconds": round(ev.step_s, 6),
-        "tokensPerSecond": round(ev.tokens_per_s, 3),
-        "hours": round(ev.hours, 4),
-        "costUsd": round(ev.cost_usd, 2),
-        "mfu": round(ev.mfu, 4),
-        "outerStepBlockingSeconds": round(ev.blocking_s_per_outer_step, 6),
-    }
-    if ev.blocking_s_per_outer_step > 1e-9:
-        predictions["bottleneck"] = "outer-step-bound"
+        rec = Recommendation(r.sync_every, r.fragments, r.delay, r.zero_blocking, text)
+    bottleneck = (
+        "outer-step-bound"
+        if is_blocking(ev.blocking_s_per_outer_step)
+        else (previous.bottleneck if previous is not None else "")
+    )
+    predictions = Predictions(
+        step_seconds=round(ev.step_s, 6),
+        tokens_per_second=round(ev.tokens_per_s, 3),
+        hours=round(ev.hours, 4),
+        cost_usd=round(ev.cost_usd, 2),
+        mfu=round(ev.mfu, 4),
+        bottleneck=bottleneck,
+        outer_step_blocking_seconds=round(ev.blocking_s_per_outer_step, 6),
+    )
     return Reevaluation(predictions, ev.blocking_s_per_outer_step, rec)

@@ -74,23 +74,31 @@ class Condition(BaseModel):
         validate_by_name=True,
         validate_by_alias=True,
         serialize_by_alias=True,
-        extra="forbid",
+        extra="ignore",
     )
     type: str = Field(max_length=316)
+    """CamelCase condition type (documented in ``shardmeter_operator.conditions.Type``)."""
     status: ConditionStatus
     reason: str = Field(max_length=1024)
+    """CamelCase reason, for machines (``shardmeter_operator.conditions.Reason``)."""
     message: str = Field(default="", max_length=32768)
+    """For humans: what happened and what to change."""
     last_transition_time: str
+    """When ``status`` last flipped (RFC 3339)."""
     observed_generation: int = 0
+    """The spec generation the condition describes."""
 
 
 class _Status(BaseModel):
+    """Status models: written once by the operator, read back by the same model. Unknown keys
+    (an older operator's) are ignored when read; the CRD schema closes them on write."""
+
     model_config = ConfigDict(
         alias_generator=to_camel,
         validate_by_name=True,
         validate_by_alias=True,
         serialize_by_alias=True,
-        extra="forbid",
+        extra="ignore",
     )
 
 
@@ -134,7 +142,13 @@ class TrainingPlanSpec(PlanRequest):
 
     pools: list[PoolRef] = Field(min_length=1, max_length=64)
     launch: bool = False
-    """Create one Job per island from ``template`` (false: plan only)."""
+    """Create one Job per island from ``template`` (false: plan only). Once anything is
+    launched the islands and settings are frozen: later spec edits are reported
+    (``SpecChangedAfterLaunch``) and not acted on until ``relaunch`` changes."""
+    relaunch: int = Field(default=0, ge=0)
+    """Bump (0 → 1 → 2 …) to discard a launched plan: the operator deletes the previous
+    launch's children, waits until they are gone, plans the current spec and launches it.
+    Changing it before anything is launched does nothing."""
     template: dict[str, Any] = Field(
         default_factory=dict, json_schema_extra={"x-kubernetes-preserve-unknown-fields": True}
     )
@@ -142,23 +156,59 @@ class TrainingPlanSpec(PlanRequest):
 
 
 class TrainingPlanPhase(StrEnum):
+    """Pending → Invalid | Infeasible | Planned → Launched → Running → Succeeded | Failed
+    (see ``shardmeter_operator.launch`` for the rules)."""
+
     PENDING = "Pending"
     PLANNED = "Planned"
     LAUNCHED = "Launched"
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
     INFEASIBLE = "Infeasible"
     INVALID = "Invalid"
+
+
+class IslandState(StrEnum):
+    """What an island's Job is doing."""
+
+    NOT_LAUNCHED = ""
+    PENDING = "pending"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
 
 
 class IslandStatus(_Status):
     name: str = Field(max_length=63)
     """The island's Job name (also its rendezvous Service)."""
-    pool: str = Field(max_length=63)
+    pool: str = Field(max_length=253)
     nodes: int
     gpus_per_node: int
     micro_batch: int
     accumulation: int
     local_batch_tokens: int
     step_seconds: float
+    state: IslandState = IslandState.NOT_LAUNCHED
+    """pending | running | succeeded | failed once launched."""
+    reason: str = Field(default="", max_length=128)
+    """CamelCase cause of the state, e.g. PodsRejected, BackoffLimitExceeded."""
+    message: str = Field(default="", max_length=1024)
+    """For humans, e.g. the quota or PodSecurity message that rejected the pods."""
+
+
+class LaunchRecord(_Status):
+    """The launch decision, recorded before any child is created (crash-safe): children are
+    labelled with ``revision`` and only children with this revision are adopted."""
+
+    revision: str = Field(max_length=64)
+    """Hash of the plan's UID, ``spec.relaunch``, the islands, settings and template."""
+    relaunch: int = 0
+    """The ``spec.relaunch`` this launch answers."""
+    generation: int = 0
+    """The spec generation that was launched."""
+    complete: bool = False
+    """Every child has been created (missing ones are then reported, never re-created)."""
 
 
 class DiLoCoSettings(_Status):
@@ -187,7 +237,7 @@ class FrontierPoint(_Status):
 
 
 class PoolCoefficients(_Status):
-    pool: str = Field(max_length=63)
+    pool: str = Field(max_length=253)
     source: Literal["measured", "prior"]
     revision: str = Field(default="", max_length=64)
 
@@ -205,4 +255,6 @@ class TrainingPlanStatus(_Status):
     frontier: list[FrontierPoint] = Field(default_factory=list, max_length=10)
     coefficients: list[PoolCoefficients] = Field(default_factory=list, max_length=64)
     jobs: list[str] = Field(default_factory=list, max_length=64)
+    launch: LaunchRecord | None = None
+    """Set once the plan is launched; islands and settings are frozen from then on."""
     conditions: list[Condition] = Field(default_factory=list, max_length=16)

@@ -9,6 +9,9 @@ from typing import Any
 from shardmeter.cli import format as fmt
 from shardmeter.cli.common import add_model_pool_args, build_cost_model, emit_json
 from shardmeter.cost.model import CostModel
+from shardmeter.cost.stragglers import straggler_factor
+from shardmeter.errors import SpecError
+from shardmeter.sim.scenario import IslandShape, IslandStepModel
 
 
 def add_parser(sub: Any) -> None:
@@ -18,16 +21,24 @@ def add_parser(sub: Any) -> None:
         description=__doc__,
     )
     add_model_pool_args(p)
+    p.add_argument(
+        "--accumulation", type=int, default=1, help="micro-steps per optimizer step (default 1)"
+    )
     p.set_defaults(run=run)
 
 
-def prediction(cm: CostModel, nodes: int, gpus_per_node: int, micro_batch: int) -> dict[str, Any]:
+def prediction(
+    cm: CostModel, nodes: int, gpus_per_node: int, micro_batch: int, accumulation: int = 1
+) -> dict[str, Any]:
     """The prediction as a JSON-ready dict (also the basis of the table)."""
     m, t = cm.model, cm.training
     ranks = nodes * gpus_per_node
     ut = cm.unit_times(micro_batch)
     pay = cm.payloads()
-    c, r = t.compute_bytes, t.grad_reduce_bytes
+    net = cm.pool.node_network
+    step_model = IslandStepModel(cm, IslandShape(nodes, gpus_per_node), micro_batch)
+    step = step_model.simulate(accumulation)
+    fwd, bwd = cm.block_work(micro_batch)
     units = {
         "embedding": (ut.embedding_forward_s, ut.embedding_backward_s, pay.embedding_params, 1),
         "block": (ut.block_forward_s, ut.block_backward_s, pay.block_params, m.num_layers),
@@ -35,52 +46,90 @@ def prediction(cm: CostModel, nodes: int, gpus_per_node: int, micro_batch: int) 
     }
     compute = sum((f + b) * n for f, b, _, n in units.values())
     flops = cm.model_flops_per_micro_step(micro_batch)
-    mem = cm.memory(ranks, micro_batch)
+    mem = cm.memory(ranks, micro_batch, accumulation, gpus_per_node=gpus_per_node)
+    tokens = accumulation * micro_batch * t.seq_len_tokens
     return {
         "model": {"name": m.name, "total_params": m.total_params},
         "gpu": cm.gpu.name,
         "island": {"nodes": nodes, "gpus_per_node": gpus_per_node, "ranks": ranks},
         "seq_len": t.seq_len_tokens,
         "micro_batch": micro_batch,
+        "accumulation": accumulation,
         "precision": t.precision.value,
-        "activation_checkpointing": t.activation_checkpointing,
+        "activation_checkpointing": t.activation_checkpointing.value,
+        "gradient_sync": step_model.gradient_sync.value,
+        "torch_compile": t.torch_compile,
+        "sharding": t.sharding.value,
+        "power_cap_watts": cm.pool.power_cap_watts,
+        "clock_fraction": cm.clock_fraction,
         "coefficients_source": cm.coefficients.source.value,
         "units": {
             name: {"forward_s": f, "backward_s": b, "params": p, "count": n}
             for name, (f, b, p, n) in units.items()
         },
+        "block_work_s": {
+            "forward": vars(fwd),
+            "backward": vars(bwd),
+            "recompute": ut.block_recompute_s,
+        },
         "collectives": {
+            "intra_node_link": cm.pool.intra.name,
+            "network": {
+                "nics_per_node": net.nics_per_node,
+                "nic_bandwidth_bytes_per_s": net.nic_bandwidth_bytes_per_s,
+                "kind": net.kind.value,
+                "rail_optimized": net.rail_optimized,
+            },
             "link": cm.link_fit("all_gather", nodes).link,
             "all_gather_s": {
-                name: cm.collective_seconds("all_gather", p * c, nodes, gpus_per_node)
+                name: cm.gather_seconds(p, nodes, gpus_per_node)
                 for name, (_, _, p, _) in units.items()
             },
             "reduce_scatter_s": {
-                name: cm.collective_seconds("reduce_scatter", p * r, nodes, gpus_per_node)
+                name: cm.gradient_sync_seconds(p, nodes, gpus_per_node)
                 for name, (_, _, p, _) in units.items()
             },
         },
-        "optimizer_step_s": cm.optimizer_seconds(ranks),
+        "optimizer_step_s": cm.optimizer_seconds(cm.shard_ranks(nodes, gpus_per_node)),
         "memory": {
             **mem.as_dict(),
             "fits": mem.fits,
-            "max_micro_batch": cm.max_micro_batch(ranks),
-            "max_micro_batch_with_accumulation": cm.max_micro_batch(ranks, accumulation=2),
+            "max_micro_batch": cm.max_micro_batch(ranks, gpus_per_node=gpus_per_node),
+            "max_micro_batch_with_accumulation": cm.max_micro_batch(
+                ranks, accumulation=2, gpus_per_node=gpus_per_node
+            ),
         },
         "flops_per_micro_step_per_gpu": flops,
         "compute_s_per_micro_step": compute,
         "mfu_compute_only": flops / (compute * cm.peak_flop_per_s),
+        "step": {
+            "step_s": step.step_s,
+            "tokens_per_s_per_gpu": tokens / step.step_s,
+            "mfu": step_model.mfu(accumulation),
+            "bottleneck": step.verdict,
+            "evidence": step.evidence(),
+            "interference_s": step.interference_s,
+            "straggler_factor": straggler_factor(ranks),
+        },
         "roofline_clamped": list(ut.roofline_clamped),
     }
 
 
 def render(p: dict[str, Any]) -> str:
     isl = p["island"]
+    options = [p["precision"], f"activation checkpointing {p['activation_checkpointing']}"]
+    if p["torch_compile"]:
+        options.append("torch.compile")
+    if p["sharding"] != "fsdp":
+        options.append(p["sharding"])
+    if p["accumulation"] > 1:
+        options.append(f"accumulation {p['accumulation']} ({p['gradient_sync']} gradient sync)")
+    if p["power_cap_watts"] is not None:
+        options.append(f"power cap {p['power_cap_watts']:g} W (clock ×{p['clock_fraction']:.2f})")
     lines = [
         f"{p['model']['name']} ({fmt.si(p['model']['total_params'])} params) on "
         f"{isl['nodes']}×{isl['gpus_per_node']} {p['gpu']}, seq {p['seq_len']}, micro-batch "
-        f"{p['micro_batch']}, {p['precision']}"
-        + (", activation checkpointing" if p["activation_checkpointing"] else ""),
+        f"{p['micro_batch']}, " + ", ".join(options),
         f"coefficients: {p['coefficients_source']}"
         + (
             " (datasheet priors — benchmark the pool for measured figures)"
@@ -103,7 +152,12 @@ def render(p: dict[str, Any]) -> str:
                 fmt.seconds(col["reduce_scatter_s"][name]),
             ]
         )
-    lines.append(f"per FSDP unit (collectives over {isl['ranks']} ranks, {col['link']})")
+    net = col["network"]
+    lines.append(
+        f"per FSDP unit (collectives over {isl['ranks']} ranks; {col['intra_node_link']} inside "
+        f"a node, {net['nics_per_node']} × {net['nic_bandwidth_bytes_per_s'] * 8 / 1e9:g} Gbit/s "
+        f"{net['kind']} between nodes; embedding and head are FSDP2's root unit, gathered once)"
+    )
     lines.append(
         fmt.table(["unit", "params", "forward", "backward", "all_gather", "reduce_scatter"], rows)
     )
@@ -114,6 +168,7 @@ def render(p: dict[str, Any]) -> str:
         for k in (
             "sharded_state_bytes",
             "gathered_units_bytes",
+            "accumulation_bytes",
             "activation_bytes",
             "logits_bytes",
             "reserve_bytes",
@@ -130,6 +185,12 @@ def render(p: dict[str, Any]) -> str:
         f"model FLOPs per GPU per micro-step: {fmt.si(p['flops_per_micro_step_per_gpu'], 'FLOP')}",
         f"compute per micro-step: {fmt.seconds(p['compute_s_per_micro_step'])}; "
         f"MFU (compute only, no communication): {fmt.percent(p['mfu_compute_only'])}",
+        "",
+        f"simulated step: {fmt.seconds(p['step']['step_s'])}, "
+        f"{p['step']['tokens_per_s_per_gpu']:,.0f} tokens/s per GPU, "
+        f"MFU {fmt.percent(p['step']['mfu'])}, {p['step']['bottleneck']}",
+        f"  {p['step']['evidence']}; slowest of {isl['ranks']} GPUs: "
+        f"×{p['step']['straggler_factor']:.3f}",
     ]
     if p["roofline_clamped"]:
         lines.append(
@@ -141,7 +202,9 @@ def render(p: dict[str, Any]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     cm = build_cost_model(args)
-    result = prediction(cm, args.nodes, args.gpus_per_node, args.micro_batch)
+    if args.accumulation < 1:
+        raise SpecError("--accumulation", f"must be ≥ 1 (got {args.accumulation})")
+    result = prediction(cm, args.nodes, args.gpus_per_node, args.micro_batch, args.accumulation)
     if args.json:
         emit_json(result)
     else:

@@ -66,7 +66,13 @@ class LinearFit(_Doc):
 
 
 class CollectiveFit(_Doc):
-    """One collective on one link role: T = k·(P−1)·(latency_s + seconds_per_byte·D/P)."""
+    """One collective on one link role: T = k·(P−1)·(latency_s + seconds_per_byte·D/P).
+
+    Inside a node ``seconds_per_byte`` is 1/bus bandwidth of one GPU's link. Across nodes
+    it belongs to one ring of the samples; ``parallel_rings`` rings ran at once, each over
+    its own NIC rail, so the node's inter-node bus bandwidth is ``parallel_rings /
+    seconds_per_byte`` (`shardmeter.cost.collectives`). Documents written before the field
+    existed measured per-GPU rails: None means one rail per GPU of the pool's nodes."""
 
     latency_s: float = Field(ge=0)
     seconds_per_byte: float = Field(ge=0)
@@ -74,6 +80,8 @@ class CollectiveFit(_Doc):
     n_samples: int = 0
     link: str = ""
     """The link the samples crossed (preset name or description)."""
+    parallel_rings: int | None = Field(default=None, ge=1)
+    """Inter-node only: rings measured at once, one per rail (1 = already per node)."""
 
 
 class MemoryCoefficients(_Doc):
@@ -112,6 +120,9 @@ class CommSample(_Doc):
     payload_bytes: float = Field(gt=0)
     ranks: int = Field(ge=2)
     seconds: float = Field(gt=0)
+    parallel_rings: int = Field(default=1, ge=1)
+    """Identical rings timed at once (the benchmark Job runs one inter-node ring per local
+    GPU, each on its own rail)."""
 
 
 class MemorySample(_Doc):

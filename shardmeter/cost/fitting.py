@@ -149,6 +149,8 @@ def fit_communication(
                     mape=reg.mape_,
                     n_samples=len(rows),
                     link=links[role].name,
+                    # inter-node rings run one per rail at once: node bandwidth = rings / β
+                    parallel_rings=max(r.parallel_rings for r in rows),
                 )
             else:
                 out[role][collective] = link_prior(links[role])

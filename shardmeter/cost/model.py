@@ -1,32 +1,81 @@
 """`CostModel`: one model on one pool — per-unit compute seconds, collective seconds,
-memory and FLOPs — evaluated from a coefficients document (measured or prior)."""
+memory and FLOPs — evaluated from a coefficients document (measured or prior) and the
+training options (activation checkpointing mode, ``torch.compile``, float8, HSDP, power cap).
+
+**From coefficients to unit times.** A coefficients document gives each unit's forward and
+backward seconds as Σ c_f·f over shape features, for eager execution at the document's
+precision. Every feature belongs to one kind of work — matmuls (``t_h_q``, ``t_h_kv``,
+``t_h_i``, ``t_h_v``), attention (``t_s_q``), memory-bound element-wise work (``t_h``, ``t_i``,
+``t_v``, ``v_h``) or launch overhead (``one``) — so the options act on the kinds they change:
+
+* ``torch.compile`` scales the block and head element-wise terms by the ratio of fused to
+  eager bytes (`shardmeter.cost.elementwise`: Inductor fuses each element-wise chain between
+  two matmuls into one kernel);
+* float8 (``precision: fp8``) scales the blocks' matmul terms by the ratio of achieved BF16 to
+  achieved FP8 matmul throughput and adds the casts' bytes; the LM head stays in BF16, as in
+  torchtitan;
+* a power cap divides matmul and attention terms by the clock fraction of
+  `shardmeter.cost.power` (memory-bound work keeps the HBM clock);
+* activation checkpointing adds the recomputed forward work to the block backward:
+  ``full`` the whole forward, ``selective-layer`` every k-th block's forward (averaged over
+  the blocks), ``selective-op`` the matmuls torchtitan's policy does not save (K, O and the
+  MLP up projection of a gated MLP; K, O and down for a plain one) plus all element-wise
+  work, attention excluded.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
 
-from shardmeter.cost.coefficients import CoefficientsDocument, CollectiveFit, LinkRole
+from shardmeter.cost.coefficients import CoefficientsDocument, CollectiveFit, LinkRole, Source
+from shardmeter.cost.collectives import Topology, replica_all_reduce_seconds, ring_seconds
+from shardmeter.cost.elementwise import block_bytes, float8_cast_bytes, head_bytes
 from shardmeter.cost.features import CANDIDATE_FEATURES, Target, feature_values
 from shardmeter.cost.memory import MemoryBreakdown, max_micro_batch, memory_breakdown
-from shardmeter.cost.priors import prior_coefficients
-from shardmeter.cost.regression import ring_seconds
+from shardmeter.cost.power import clock_fraction
+from shardmeter.cost.priors import network_prior, pool_priors
 from shardmeter.errors import SpecError
 from shardmeter.spec.hardware import GPUSpec, PoolSpec
-from shardmeter.spec.model import TransformerSpec
-from shardmeter.spec.training import TrainingSpec
+from shardmeter.spec.model import MLPKind, TransformerSpec
+from shardmeter.spec.training import (
+    ActivationCheckpointing,
+    GradientSync,
+    Precision,
+    Sharding,
+    TrainingSpec,
+)
 
 HOST_LINK_BYTES_PER_S = 25e9
 """Achievable GPU↔host copy bandwidth (PCIe 4.0 x16, pinned memory); conservative for PCIe 5."""
+
+MATMUL_FEATURES = frozenset({"t_h_q", "t_h_kv", "t_h_i", "t_h_v"})
+ATTENTION_FEATURES = frozenset({"t_s_q"})
+ELEMENTWISE_FEATURES = frozenset({"t_h", "t_i", "t_v", "v_h"})
+
+
+@dataclass(frozen=True)
+class WorkSplit:
+    """Seconds of one unit pass by kind of work."""
+
+    matmul_s: float
+    attention_s: float
+    elementwise_s: float
+    launch_s: float
+
+    @property
+    def total_s(self) -> float:
+        return self.matmul_s + self.attention_s + self.elementwise_s + self.launch_s
 
 
 @dataclass(frozen=True)
 class UnitTimes:
     """Seconds of each FSDP unit's forward and backward pass for one micro-batch.
 
-    ``block_backward_s`` includes the forward recomputation when activation checkpointing
-    is on. ``roofline_clamped`` names the targets whose regression predicted less than
-    executed FLOPs ÷ peak FLOP/s; those were raised to that bound (see `CostModel`)."""
+    ``block_backward_s`` includes the recomputation activation checkpointing adds
+    (``block_recompute_s``, averaged over the blocks). ``roofline_clamped`` names the
+    targets whose regression predicted less than executed FLOPs ÷ peak FLOP/s; those were
+    raised to that bound (see `CostModel`)."""
 
     embedding_forward_s: float
     embedding_backward_s: float
@@ -34,6 +83,7 @@ class UnitTimes:
     block_backward_s: float
     head_forward_s: float
     head_backward_s: float
+    block_recompute_s: float = 0.0
     roofline_clamped: tuple[str, ...] = ()
 
 
@@ -46,9 +96,28 @@ class UnitPayloads:
     head_params: int
 
 
+def _check_options(model: TransformerSpec, training: TrainingSpec, pool: PoolSpec) -> None:
+    if training.precision is Precision.FP8 and not pool.gpu.supports_fp8:
+        raise SpecError(
+            "training.precision",
+            f"fp8 (float8 matmuls) needs FP8 tensor cores with torchao support (H100, H200); "
+            f"pool {pool.name!r} has {pool.gpu.name}: use bf16",
+        )
+    if (
+        training.activation_checkpointing is ActivationCheckpointing.SELECTIVE_LAYER
+        and training.activation_checkpointing_every > model.num_layers
+    ):
+        raise SpecError(
+            "training.activationCheckpointingEvery",
+            f"{training.activation_checkpointing_every} exceeds the model's "
+            f"{model.num_layers} blocks, so no block would be checkpointed",
+        )
+
+
 class CostModel:
     """Predicts compute, communication and memory for ``model`` trained per ``training``
-    on ``pool``. ``coefficients`` defaults to the pool's datasheet priors.
+    on ``pool``. ``coefficients`` defaults to the pool's datasheet priors (a prior document
+    is rebuilt for this model's shape; see `shardmeter.cost.priors`).
 
     **Roofline guard.** A compute prediction below executed FLOPs ÷ peak FLOP/s is
     physically impossible; it is *clamped* to that bound and flagged in
@@ -63,36 +132,145 @@ class CostModel:
         pool: PoolSpec,
         coefficients: CoefficientsDocument | None = None,
     ) -> None:
+        _check_options(model, training, pool)
         self.model = model
         self.training = training
         self.pool = pool
-        if coefficients is None:
-            coefficients = prior_coefficients(
-                pool.gpu, pool.intra, pool.inter, training.precision, pool.name
-            )
-        elif coefficients.gpu.name.lower() != pool.gpu.name.lower():
+        base = training.precision.base
+        if coefficients is not None and coefficients.gpu.name.lower() != pool.gpu.name.lower():
             raise SpecError(
                 f"pools[{pool.name}].coefficients",
                 f"were measured on {coefficients.gpu.name!r} but the pool's GPU is "
                 f"{pool.gpu.name!r}; use that pool's own coefficients or drop them to use priors",
             )
-        if coefficients.precision is not training.precision:
+        if coefficients is not None and coefficients.precision is not base:
             raise SpecError(
                 "training.precision",
                 f"is {training.precision.value} but pool {pool.name!r} coefficients were "
                 f"fitted at {coefficients.precision.value}; "
                 f"set precision: {coefficients.precision.value}",
             )
+        if coefficients is None or coefficients.source is Source.PRIOR:
+            coefficients = pool_priors(pool, base, pool.name, model)
+        else:
+            coefficients = self._per_node_network(coefficients)
         self.coefficients = coefficients
         self.gpu: GPUSpec = coefficients.gpu
         self.peak_flop_per_s = self.gpu.peak_flop_per_s(training.precision.value)
+        self.clock_fraction = clock_fraction(
+            pool.gpu, pool.power_cap_watts, f"pools[{pool.name}].powerCapWatts"
+        )
+        network = pool.node_network
+        self.topology = Topology(pool.gpus_per_node, network.nics_per_node)
         self._unit_times = lru_cache(maxsize=256)(self._compute_unit_times)
         self._collectives: dict[tuple[str, float, int, int], float] = {}
 
+    def _per_node_network(self, doc: CoefficientsDocument) -> CoefficientsDocument:
+        """A measured document's inter-node fits as node-level bus bandwidth: a fit of
+        ``parallel_rings`` concurrent rings (one per rail) moves that many times one ring's
+        bytes; a fit written before topology (None) is one rail per GPU of the pool's nodes;
+        an inter-node collective never measured (one-node benchmark) takes the pool's
+        node-network prior."""
+        prior = network_prior(self.pool.node_network)
+        fits: dict[str, CollectiveFit] = {}
+        for name, fit in doc.communication[LinkRole.INTER_NODE].items():
+            if fit.n_samples == 0:
+                fits[name] = prior
+                continue
+            rings = fit.parallel_rings or self.pool.gpus_per_node
+            fits[name] = fit.model_copy(
+                update={"seconds_per_byte": fit.seconds_per_byte / rings, "parallel_rings": 1}
+            )
+        return doc.model_copy(
+            update={"communication": {**doc.communication, LinkRole.INTER_NODE: fits}}
+        )
+
     # ---- compute --------------------------------------------------------------------------
-    def _predict(self, target: Target, values: dict[str, float]) -> float:
+    def _split(self, target: Target, values: dict[str, float]) -> dict[str, float]:
         coefs = self.coefficients.compute[target].coefficients
-        return sum(c * values[f] for f, c in coefs.items() if f in CANDIDATE_FEATURES[target])
+        return {f: c * values[f] for f, c in coefs.items() if f in CANDIDATE_FEATURES[target]}
+
+    def _work(self, parts: dict[str, float]) -> WorkSplit:
+        return WorkSplit(
+            matmul_s=sum(v for f, v in parts.items() if f in MATMUL_FEATURES),
+            attention_s=sum(v for f, v in parts.items() if f in ATTENTION_FEATURES),
+            elementwise_s=sum(v for f, v in parts.items() if f in ELEMENTWISE_FEATURES),
+            launch_s=sum(
+                v
+                for f, v in parts.items()
+                if f not in MATMUL_FEATURES | ATTENTION_FEATURES | ELEMENTWISE_FEATURES
+            ),
+        )
+
+    def _compile_factor(self, kind: str) -> float:
+        """Fused ÷ eager element-wise bytes of this model (block width/intermediate, head)."""
+        m = self.model
+        if kind == "block":
+            eager, fused = block_bytes(m), block_bytes(m, compiled=True)
+            return fused.total / eager.total
+        eager_h, fused_h = head_bytes(m), head_bytes(m, compiled=True)
+        return sum(fused_h) / sum(eager_h)
+
+    def _block_parts(
+        self, target: Target, values: dict[str, float], tokens: int
+    ) -> dict[str, float]:
+        """Per-feature seconds of one block pass after compile / float8 / power cap."""
+        parts = self._split(target, values)
+        t = self.training
+        clock = self.clock_fraction
+        if t.torch_compile:
+            factor = self._compile_factor("block")
+            parts = {f: v * factor if f in ELEMENTWISE_FEATURES else v for f, v in parts.items()}
+        if t.precision is Precision.FP8:
+            g = self.gpu
+            assert g.peak_fp8_flop_per_s is not None  # checked in _check_options
+            ratio = (g.peak_bf16_flop_per_s * g.matmul_efficiency) / (
+                g.peak_fp8_flop_per_s * g.fp8_matmul_efficiency
+            )
+            parts = {f: v * ratio if f in MATMUL_FEATURES else v for f, v in parts.items()}
+            cast = float8_cast_bytes(self.model, compiled=t.torch_compile)
+            cast_bytes = cast.forward if target is Target.BLOCK_FORWARD else cast.backward
+            bw = g.hbm_bandwidth_bytes_per_s * g.memory_efficiency
+            parts["float8_cast"] = tokens * cast_bytes / bw
+        return {
+            f: v / clock if f in MATMUL_FEATURES | ATTENTION_FEATURES else v
+            for f, v in parts.items()
+        }
+
+    def _head_parts(self, target: Target, values: dict[str, float]) -> dict[str, float]:
+        parts = self._split(target, values)
+        if self.training.torch_compile:
+            factor = self._compile_factor("head")
+            parts = {f: v * factor if f in ELEMENTWISE_FEATURES else v for f, v in parts.items()}
+        clock = self.clock_fraction
+        return {f: v / clock if f in MATMUL_FEATURES else v for f, v in parts.items()}
+
+    def _recompute(self, forward: dict[str, float]) -> float:
+        """Seconds one block's backward spends recomputing forward work (averaged)."""
+        mode = self.training.activation_checkpointing
+        if mode is ActivationCheckpointing.NONE:
+            return 0.0
+        total = sum(forward.values())
+        if mode is ActivationCheckpointing.FULL:
+            return total
+        if mode is ActivationCheckpointing.SELECTIVE_LAYER:
+            k, layers = self.training.activation_checkpointing_every, self.model.num_layers
+            return total * (layers // k) / layers
+        # selective-op: torchtitan saves the outputs of attention and of every other matmul
+        # (the 1st, 3rd, … of a block: Q, V, gate, down for a gated MLP; Q, V, up for a plain
+        # one) and recomputes the rest — K and O, and up (gated) or down (plain)
+        mlp_share = 1 / 3 if self.model.mlp_kind is MLPKind.GATED else 1 / 2
+        matmuls = (
+            0.5 * forward.get("t_h_kv", 0.0)
+            + 0.5 * forward.get("t_h_q", 0.0)
+            + mlp_share * forward.get("t_h_i", 0.0)
+        )
+        rest = sum(
+            v
+            for f, v in forward.items()
+            if f not in MATMUL_FEATURES and f not in ATTENTION_FEATURES
+        )
+        return matmuls + rest
 
     def unit_times(self, micro_batch: int) -> UnitTimes:
         """Per-unit seconds at ``micro_batch`` sequences per GPU (cached)."""
@@ -102,55 +280,85 @@ class CostModel:
         s = self.training.seq_len_tokens
         values = feature_values(self.model, micro_batch, s)
         tokens = micro_batch * s
+        peak = self.peak_flop_per_s * (
+            2.0 if self.training.precision is Precision.FP8 else 1.0
+        )  # float8 block matmuls may run up to the FP8 peak
         block_flops = self.model.block_forward_flops_executed(tokens, s)
         head_flops = self.model.head_forward_flops(tokens)
+        block_fwd = self._block_parts(Target.BLOCK_FORWARD, values, tokens)
+        block_bwd = self._block_parts(Target.BLOCK_BACKWARD, values, tokens)
+        raw = {
+            Target.EMBEDDING_FORWARD: sum(self._split(Target.EMBEDDING_FORWARD, values).values()),
+            Target.EMBEDDING_BACKWARD: sum(self._split(Target.EMBEDDING_BACKWARD, values).values()),
+            Target.BLOCK_FORWARD: sum(block_fwd.values()),
+            Target.BLOCK_BACKWARD: sum(block_bwd.values()),
+            Target.HEAD_FORWARD: sum(self._head_parts(Target.HEAD_FORWARD, values).values()),
+            Target.HEAD_BACKWARD: sum(self._head_parts(Target.HEAD_BACKWARD, values).values()),
+        }
         floors = {
             Target.EMBEDDING_FORWARD: 0.0,
             Target.EMBEDDING_BACKWARD: 0.0,
-            Target.BLOCK_FORWARD: block_flops / self.peak_flop_per_s,
-            Target.BLOCK_BACKWARD: 2 * block_flops / self.peak_flop_per_s,
+            Target.BLOCK_FORWARD: block_flops / peak,
+            Target.BLOCK_BACKWARD: 2 * block_flops / peak,
             Target.HEAD_FORWARD: head_flops / self.peak_flop_per_s,
             Target.HEAD_BACKWARD: 2 * head_flops / self.peak_flop_per_s,
         }
         out: dict[Target, float] = {}
         clamped: list[str] = []
         for target, floor in floors.items():
-            value = self._predict(target, values)
+            value = raw[target]
             if value < floor:
                 clamped.append(target.value)
                 value = floor
             out[target] = value
-        block_bwd = out[Target.BLOCK_BACKWARD]
-        if self.training.activation_checkpointing:
-            block_bwd += out[Target.BLOCK_FORWARD]
+        recompute = self._recompute(block_fwd)
         return UnitTimes(
             embedding_forward_s=out[Target.EMBEDDING_FORWARD],
             embedding_backward_s=out[Target.EMBEDDING_BACKWARD],
             block_forward_s=out[Target.BLOCK_FORWARD],
-            block_backward_s=block_bwd,
+            block_backward_s=out[Target.BLOCK_BACKWARD] + recompute,
             head_forward_s=out[Target.HEAD_FORWARD],
             head_backward_s=out[Target.HEAD_BACKWARD],
+            block_recompute_s=recompute,
             roofline_clamped=tuple(clamped),
         )
 
+    def block_work(self, micro_batch: int) -> tuple[WorkSplit, WorkSplit]:
+        """One block's forward and backward (without recompute) by kind of work."""
+        s = self.training.seq_len_tokens
+        values = feature_values(self.model, micro_batch, s)
+        tokens = micro_batch * s
+        return (
+            self._work(self._block_parts(Target.BLOCK_FORWARD, values, tokens)),
+            self._work(self._block_parts(Target.BLOCK_BACKWARD, values, tokens)),
+        )
+
+    def shard_ranks(self, nodes: int, gpus_per_node: int) -> int:
+        """Ranks the sharded state is spread over (the island, or one HSDP shard group)."""
+        return self.training.shard_group_ranks(nodes, gpus_per_node)
+
     def optimizer_seconds(self, ranks: int) -> float:
+        """Optimizer step on one rank whose shard is ``total_params / ranks`` parameters
+        (pass the shard-group size under HSDP)."""
         values = feature_values(self.model, 0, 0, params_local=self.model.total_params / ranks)
-        return self._predict(Target.OPTIMIZER_STEP, values)
+        return sum(self._split(Target.OPTIMIZER_STEP, values).values())
+
+    def fsdp_copy_seconds(self, params: float) -> tuple[float, float]:
+        """FSDP2's copies around the collectives of one unit: (after an all_gather: split
+        the gathered buffer into the parameters, r+w c bytes each; before a reduce_scatter:
+        copy and cast the gradients into the flat buffer, r c + w reduce bytes each)."""
+        t = self.training
+        bw = self.gpu.hbm_bandwidth_bytes_per_s * self.gpu.memory_efficiency
+        c, r = t.compute_bytes, t.grad_reduce_bytes
+        return params * 2 * c / bw, params * (c + r) / bw
 
     # ---- communication --------------------------------------------------------------------
     def link_fit(self, collective: str, nodes: int) -> CollectiveFit:
-        """Coefficients of ``collective`` for an island spanning ``nodes`` nodes: the intra-node
-        fit inside one node; across nodes the slowest of intra- and inter-node (max latency,
-        max seconds per byte), since a ring is as slow as its slowest hop (paper §III-B)."""
-        intra = self.coefficients.communication[LinkRole.INTRA_NODE][collective]
-        if nodes <= 1:
-            return intra
-        inter = self.coefficients.communication[LinkRole.INTER_NODE][collective]
-        return CollectiveFit(
-            latency_s=max(intra.latency_s, inter.latency_s),
-            seconds_per_byte=max(intra.seconds_per_byte, inter.seconds_per_byte),
-            link=inter.link,
-        )
+        """The coefficients that bound ``collective`` on an island of ``nodes`` nodes: the
+        intra-node fit inside one node, the node-network fit across nodes (its
+        ``seconds_per_byte`` is per node, all rails)."""
+        role = LinkRole.INTRA_NODE if nodes <= 1 else LinkRole.INTER_NODE
+        return self.coefficients.communication[role][collective]
 
     def collective_seconds(
         self, collective: str, payload_bytes: float, nodes: int, gpus_per_node: int
@@ -159,16 +367,49 @@ class CostModel:
         key = (collective, payload_bytes, nodes, gpus_per_node)
         seconds = self._collectives.get(key)
         if seconds is None:
-            fit = self.link_fit(collective, nodes)
+            comm = self.coefficients.communication
             seconds = ring_seconds(
                 collective,
                 payload_bytes,
-                nodes * gpus_per_node,
-                fit.latency_s,
-                fit.seconds_per_byte,
+                nodes,
+                gpus_per_node,
+                comm[LinkRole.INTRA_NODE][collective],
+                comm[LinkRole.INTER_NODE][collective],
+                self.topology.rail_fraction(gpus_per_node),
             )
             self._collectives[key] = seconds
         return seconds
+
+    def replica_all_reduce_seconds(
+        self, shard_payload_bytes: float, replicas: int, gpus_per_node: int
+    ) -> float:
+        """HSDP: all_reduce of one rank's gradient shard with its ``replicas`` copies."""
+        return replica_all_reduce_seconds(
+            shard_payload_bytes,
+            replicas,
+            gpus_per_node,
+            self.coefficients.communication[LinkRole.INTER_NODE]["all_reduce"],
+            self.topology.rail_fraction(gpus_per_node),
+        )
+
+    def gradient_sync_seconds(self, params: float, nodes: int, gpus_per_node: int) -> float:
+        """Reduce one unit's gradients: reduce_scatter over the shard group, then (HSDP) the
+        all_reduce of the shards across replicas."""
+        t = self.training
+        payload = params * t.grad_reduce_bytes
+        if t.sharding is Sharding.HSDP and nodes > 1:
+            group_nodes = min(t.shard_group_nodes, nodes)
+            replicas = nodes // group_nodes
+            rs = self.collective_seconds("reduce_scatter", payload, group_nodes, gpus_per_node)
+            shard = payload / (group_nodes * gpus_per_node)
+            return rs + self.replica_all_reduce_seconds(shard, replicas, gpus_per_node)
+        return self.collective_seconds("reduce_scatter", payload, nodes, gpus_per_node)
+
+    def gather_seconds(self, params: float, nodes: int, gpus_per_node: int) -> float:
+        """All-gather one unit's parameters over the shard group."""
+        t = self.training
+        group = min(t.shard_group_nodes, nodes) if t.sharding is Sharding.HSDP else nodes
+        return self.collective_seconds("all_gather", params * t.compute_bytes, group, gpus_per_node)
 
     def payloads(self) -> UnitPayloads:
         m = self.model
@@ -184,14 +425,26 @@ class CostModel:
         """
         local = fragment_params / ranks
         values = feature_values(self.model, 0, 0, params_local=local)
-        seconds = self._predict(Target.OPTIMIZER_STEP, values)
+        seconds = sum(self._split(Target.OPTIMIZER_STEP, values).values())
         if not state_on_gpu:
             seconds += 2 * 4 * local / HOST_LINK_BYTES_PER_S
         return seconds
 
     # ---- memory ---------------------------------------------------------------------------
+    def _shard_ranks_for(self, ranks: int, gpus_per_node: int | None) -> int:
+        if self.training.sharding is not Sharding.HSDP:
+            return ranks
+        g = gpus_per_node or min(ranks, self.pool.gpus_per_node)
+        return self.training.shard_group_ranks(max(1, ranks // g), g)
+
     def memory(
-        self, ranks: int, micro_batch: int, accumulation: int = 1, outer_state_on_gpu: bool = False
+        self,
+        ranks: int,
+        micro_batch: int,
+        accumulation: int = 1,
+        outer_state_on_gpu: bool = False,
+        gradient_sync: GradientSync | None = None,
+        gpus_per_node: int | None = None,
     ) -> MemoryBreakdown:
         return memory_breakdown(
             self.model,
@@ -202,10 +455,17 @@ class CostModel:
             self.coefficients.memory,
             accumulation,
             outer_state_on_gpu,
+            gradient_sync=gradient_sync,
+            shard_ranks=self._shard_ranks_for(ranks, gpus_per_node),
         )
 
     def max_micro_batch(
-        self, ranks: int, accumulation: int = 1, outer_state_on_gpu: bool = False
+        self,
+        ranks: int,
+        accumulation: int = 1,
+        outer_state_on_gpu: bool = False,
+        gradient_sync: GradientSync | None = None,
+        gpus_per_node: int | None = None,
     ) -> int:
         return max_micro_batch(
             self.model,
@@ -215,6 +475,8 @@ class CostModel:
             self.coefficients.memory,
             accumulation,
             outer_state_on_gpu,
+            gradient_sync=gradient_sync,
+            shard_ranks=self._shard_ranks_for(ranks, gpus_per_node),
         )
 
     # ---- FLOPs ----------------------------------------------------------------------------

@@ -141,6 +141,8 @@ class Evaluator:
             for c in contexts
         ]
         self.fabric_latency = np.array([f.latency_s for f in fabric])
+        # node networks an island fills = its GPUs ÷ GPUs per node (see sim/outer.py)
+        self.gpus_per_node = np.array([p.gpus_per_node for p in pools], dtype=np.float64)
         self.fabric_spb = np.array([f.seconds_per_byte for f in fabric])
         # fragment payloads for every fragment count (max and all)
         strat = spec.strategy
@@ -285,7 +287,7 @@ class Evaluator:
             wan_spb = 1.0 / (np.nanmin(np.where(used, up_bw, np.inf), axis=1) * LINK_EFFICIENCY)
         fab_l = np.where(used, self.fabric_latency[None, :], 0.0).max(axis=1)
         fab_spb = np.where(used, self.fabric_spb[None, :], 0.0).max(axis=1)
-        rails = np.where(used, t.ranks[opt], np.iinfo(np.int64).max).min(axis=1)
+        rails = np.where(used, t.ranks[opt] / self.gpus_per_node[None, :], np.inf).min(axis=1)
         lat = np.where(multi_site, wan_l, fab_l)
         spb = np.where(multi_site, wan_spb, fab_spb)
         rails = np.where(multi_site, 1, rails).astype(np.float64)

@@ -1,15 +1,29 @@
-"""One FSDP training step of one island as a two-stream task graph (paper §II-B, Fig. 1).
+"""One FSDP training step of one island as a two-stream task graph (paper §II-B, Fig. 1),
+with FSDP2's semantics.
 
 Units in forward order: embedding, blocks 0…L−1, final norm + head. For each micro-step
-k = 1…A: for each unit, ``all_gather → forward``; then in reverse, ``all_gather → backward``
-and, **only on the last micro-step**, ``reduce_scatter`` (during gradient accumulation FSDP
-skips the reduce_scatter but must still gather parameters). Then the optimizer step, after
-the last reduce_scatter.
+k = 1…A: for each unit, ``all_gather → forward``; then in reverse, ``all_gather → backward →
+reduce_scatter``. Then the optimizer step, after the last reduce_scatter.
+
+* **Gradient sync.** ``every-micro-batch`` (FSDP2's default, torchtitan, Composer):
+  reduce_scatter after every micro-step's backward, into the sharded gradient.
+  ``last-micro-batch`` (``set_requires_gradient_sync(False)`` until the last micro-step):
+  reduce_scatter only on the last micro-step, all_gathers still every micro-step.
+* **Reshard after forward.** A unit with ``reshard_after_forward`` False keeps its
+  parameters from its forward to its backward: no all_gather before its backward. FSDP2
+  sets this for the root unit (embedding, final norm and head), whose parameters are
+  gathered once at the start of forward and reduce-scattered once at the end of backward:
+  `FSDPDurations.from_cost_model` puts the root's whole all_gather and reduce_scatter on the
+  embedding unit and none on the head. A non-resharded unit whose all_gather (or
+  reduce_scatter) is zero gets no task of that kind at all.
+* **Comm/compute interference.** Communication kernels share SMs and HBM with the compute
+  kernels that overlap them; compute slows by ``overlap_slowdown`` × the time the two
+  streams overlap (see `INTERFERENCE_PER_OVERLAPPED_SECOND`). The step time adds it after
+  the schedule; the timeline itself shows the uncontended schedule.
 
 Streams: one compute and one comm stream (one compute and one communication task active at
-a time, as in the paper). Comm order in the backward pass follows PyTorch FSDP's
-``BACKWARD_PRE`` prefetch: the next unit's all_gather is issued before the current unit's
-reduce_scatter.
+a time, as in the paper). Comm order in the backward pass follows FSDP's ``BACKWARD_PRE``
+prefetch: the next unit's all_gather is issued before the current unit's reduce_scatter.
 
 **Prefetch bound.** At most ``max_inflight`` gathered units are resident: the j-th
 all_gather of the step may start only once the compute task that consumed the
@@ -21,15 +35,26 @@ FSDP2's implicit one-unit-ahead prefetch on its all-gather stream.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
 from shardmeter.cost.model import CostModel
+from shardmeter.cost.stragglers import straggler_factor
 from shardmeter.errors import SpecError
 from shardmeter.sim.engine import Category, Kind, Schedule, TaskGraph, simulate
+from shardmeter.spec.training import GradientSync
 
 DEFAULT_MAX_INFLIGHT = 2
+
+INTERFERENCE_PER_OVERLAPPED_SECOND = 0.61
+"""Compute time lost per second that communication overlaps it. Lee et al., *Characterizing
+Compute-Communication Overlap in GPU-Accelerated Distributed Deep Learning* (arXiv
+2507.03114, 2025; GPT and Llama on A100, H100, MI250, MI210) measure two averages: compute
+slows by 18.9 % when overlapped, and running compute and communication back to back is
+10.2 % slower than overlapping them. With communication C and compute T, the second says
+(T + C) = 1.102 · 1.189 · T, so C = 0.31 T; the 18.9 % slowdown therefore costs
+0.189 / 0.31 = 0.61 s of compute per second of overlapped communication."""
 
 
 @dataclass(frozen=True)
@@ -42,6 +67,10 @@ class FSDPDurations:
     all_gather_s: tuple[float, ...]
     reduce_scatter_s: tuple[float, ...]
     optimizer_s: float
+    reshard_after_forward: tuple[bool, ...] = field(default=())
+    """Per unit; empty = every unit is resharded after forward (re-gathered for backward)."""
+    overlap_slowdown: float = 0.0
+    """Compute seconds lost per second of compute/comm overlap (0 = no interference)."""
 
     def __post_init__(self) -> None:
         n = len(self.unit_names)
@@ -49,51 +78,86 @@ class FSDPDurations:
             values = getattr(self, label)
             if len(values) != n:
                 raise SpecError(label, f"has {len(values)} values for {n} units")
-            if any(v < 0 for v in values):
+            if any(not v >= 0 for v in values):
                 raise SpecError(label, "durations must be ≥ 0")
-        if self.optimizer_s < 0:
+        if self.reshard_after_forward and len(self.reshard_after_forward) != n:
+            raise SpecError(
+                "reshard_after_forward",
+                f"has {len(self.reshard_after_forward)} values for {n} units",
+            )
+        if not self.optimizer_s >= 0:
             raise SpecError("optimizer_s", "must be ≥ 0")
+        if not 0 <= self.overlap_slowdown <= 1:
+            raise SpecError("overlap_slowdown", f"must be in [0, 1] (got {self.overlap_slowdown})")
         if n == 0:
             raise SpecError("units", "at least one unit is needed")
+
+    def resharded(self, unit: int) -> bool:
+        return not self.reshard_after_forward or self.reshard_after_forward[unit]
 
     @classmethod
     def from_cost_model(
         cls, cm: CostModel, nodes: int, gpus_per_node: int, micro_batch: int
     ) -> FSDPDurations:
+        """Durations of one micro-step on an island of ``nodes × gpus_per_node`` GPUs.
+
+        Blocks are gathered before forward and again before backward. The root unit
+        (embedding + final norm + head) is gathered once before the embedding's forward and
+        reduce-scattered once after the embedding's backward (FSDP2 keeps the root unsharded
+        after forward). FSDP2's copies around the collectives are charged where they run: the
+        copy out of the all_gather buffer on the compute stream (with the unit's forward or
+        backward), the copy into the reduce_scatter buffer on the comm stream. Under HSDP the
+        gathers and reduce_scatters span one shard group and each reduce_scatter is followed
+        by the all_reduce of the shards across replicas. Compute runs at the pace of the
+        island's slowest GPU (`shardmeter.cost.stragglers`)."""
         u = cm.unit_times(micro_batch)
         p = cm.payloads()
-        c, r = cm.training.compute_bytes, cm.training.grad_reduce_bytes
         layers = cm.model.num_layers
-        params = [p.embedding_params, *([p.block_params] * layers), p.head_params]
+        ranks = nodes * gpus_per_node
+        sharded = cm.shard_ranks(nodes, gpus_per_node) > 1
+        root = p.embedding_params + p.head_params
 
-        def ag(n: int) -> float:
-            return cm.collective_seconds("all_gather", n * c, nodes, gpus_per_node)
+        def ag(n: float) -> float:
+            return cm.gather_seconds(n, nodes, gpus_per_node) if sharded else 0.0
 
-        def rs(n: int) -> float:
-            return cm.collective_seconds("reduce_scatter", n * r, nodes, gpus_per_node)
+        def rs(n: float) -> float:
+            if ranks <= 1:
+                return 0.0
+            return cm.gradient_sync_seconds(n, nodes, gpus_per_node) + cm.fsdp_copy_seconds(n)[1]
 
+        copy_out_block = cm.fsdp_copy_seconds(p.block_params)[0] if sharded else 0.0
+        copy_out_root = cm.fsdp_copy_seconds(root)[0] if sharded else 0.0
+        slow = straggler_factor(ranks)
         return cls(
             unit_names=("embedding", *(f"block{i}" for i in range(layers)), "head"),
-            forward_s=(u.embedding_forward_s, *([u.block_forward_s] * layers), u.head_forward_s),
-            backward_s=(
-                u.embedding_backward_s,
-                *([u.block_backward_s] * layers),
-                u.head_backward_s,
+            forward_s=(
+                slow * (u.embedding_forward_s + copy_out_root),
+                *([slow * (u.block_forward_s + copy_out_block)] * layers),
+                slow * u.head_forward_s,
             ),
-            all_gather_s=tuple(ag(n) for n in params),
-            reduce_scatter_s=tuple(rs(n) for n in params),
-            optimizer_s=cm.optimizer_seconds(nodes * gpus_per_node),
+            backward_s=(
+                slow * u.embedding_backward_s,
+                *([slow * (u.block_backward_s + copy_out_block)] * layers),
+                slow * u.head_backward_s,
+            ),
+            all_gather_s=(ag(root), *([ag(p.block_params)] * layers), 0.0),
+            reduce_scatter_s=(rs(root), *([rs(p.block_params)] * layers), 0.0),
+            optimizer_s=slow * cm.optimizer_seconds(cm.shard_ranks(nodes, gpus_per_node)),
+            reshard_after_forward=(False, *([True] * layers), False),
+            overlap_slowdown=INTERFERENCE_PER_OVERLAPPED_SECOND if ranks > 1 else 0.0,
         )
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any], where: str = "durations") -> FSDPDurations:
         """Explicit durations (what-if analysis). ``units`` is a list of
-        ``{name, forward_s, backward_s, all_gather_s, reduce_scatter_s, repeat}``
-        (``repeat`` expands e.g. 32 identical blocks), plus ``optimizer_s``."""
+        ``{name, forward_s, backward_s, all_gather_s, reduce_scatter_s, repeat,
+        reshard_after_forward}`` (``repeat`` expands e.g. 32 identical blocks), plus
+        ``optimizer_s`` and ``overlap_slowdown``."""
         units = data.get("units")
         if not isinstance(units, Sequence) or isinstance(units, str) or not units:
             raise SpecError(f"{where}.units", "must be a non-empty list of units")
         names: list[str] = []
+        reshard: list[bool] = []
         cols: dict[str, list[float]] = {
             k: [] for k in ("forward_s", "backward_s", "all_gather_s", "reduce_scatter_s")
         }
@@ -101,29 +165,46 @@ class FSDPDurations:
             loc = f"{where}.units[{idx}]"
             if not isinstance(unit, Mapping):
                 raise SpecError(loc, "must be a mapping")
-            unknown = set(unit) - {"name", "repeat", *cols}
+            unknown = set(unit) - {"name", "repeat", "reshard_after_forward", *cols}
             if unknown:
                 raise SpecError(
                     f"{loc}.{sorted(unknown)[0]}",
-                    "unknown field; allowed: name, repeat, " + ", ".join(cols),
+                    "unknown field; allowed: name, repeat, reshard_after_forward, "
+                    + ", ".join(cols),
                 )
             repeat = unit.get("repeat", 1)
-            if not isinstance(repeat, int) or repeat < 1:
+            if not isinstance(repeat, int) or isinstance(repeat, bool) or repeat < 1:
                 raise SpecError(f"{loc}.repeat", f"must be an integer ≥ 1 (got {repeat!r})")
+            keep = unit.get("reshard_after_forward", True)
+            if not isinstance(keep, bool):
+                raise SpecError(
+                    f"{loc}.reshard_after_forward", f"must be true or false (got {keep!r})"
+                )
             values = {}
             for key in cols:
                 value = unit.get(key, 0.0)
-                if not isinstance(value, int | float) or value < 0:
-                    raise SpecError(f"{loc}.{key}", f"must be a number ≥ 0 (got {value!r})")
+                if (
+                    not isinstance(value, int | float)
+                    or isinstance(value, bool)
+                    or not value >= 0
+                    or value == float("inf")
+                ):
+                    raise SpecError(f"{loc}.{key}", f"must be a finite number ≥ 0 (got {value!r})")
                 values[key] = float(value)
             base = str(unit.get("name", f"unit{idx}"))
             for r in range(repeat):
                 names.append(base if repeat == 1 else f"{base}{r}")
+                reshard.append(keep)
                 for key, value in values.items():
                     cols[key].append(value)
         opt = data.get("optimizer_s", 0.0)
-        if not isinstance(opt, int | float) or opt < 0:
-            raise SpecError(f"{where}.optimizer_s", f"must be a number ≥ 0 (got {opt!r})")
+        if not isinstance(opt, int | float) or isinstance(opt, bool) or not 0 <= opt < float("inf"):
+            raise SpecError(f"{where}.optimizer_s", f"must be a finite number ≥ 0 (got {opt!r})")
+        slow = data.get("overlap_slowdown", 0.0)
+        if not isinstance(slow, int | float) or isinstance(slow, bool) or not 0 <= slow <= 1:
+            raise SpecError(
+                f"{where}.overlap_slowdown", f"must be a number in [0, 1] (got {slow!r})"
+            )
         return cls(
             tuple(names),
             tuple(cols["forward_s"]),
@@ -131,20 +212,31 @@ class FSDPDurations:
             tuple(cols["all_gather_s"]),
             tuple(cols["reduce_scatter_s"]),
             float(opt),
+            tuple(reshard) if not all(reshard) else (),
+            float(slow),
         )
 
 
 def build_fsdp_step(
-    d: FSDPDurations, accumulation: int = 1, max_inflight: int = DEFAULT_MAX_INFLIGHT
+    d: FSDPDurations,
+    accumulation: int = 1,
+    max_inflight: int = DEFAULT_MAX_INFLIGHT,
+    gradient_sync: GradientSync = GradientSync.EVERY_MICRO_BATCH,
 ) -> TaskGraph:
     """The task graph of one optimizer step with ``accumulation`` micro-steps."""
     if accumulation < 1:
         raise SpecError("accumulation", f"must be ≥ 1 (got {accumulation})")
     if max_inflight < 1:
         raise SpecError("max_inflight", f"must be ≥ 1 (got {max_inflight})")
+    every = gradient_sync is not GradientSync.LAST_MICRO_BATCH
     g = TaskGraph()
     compute, comm = g.add_stream("compute"), g.add_stream("comm")
     names, n_units = d.unit_names, len(d.unit_names)
+
+    def skip(u: int, seconds: float) -> bool:
+        """A root member with nothing to move (its collective rides on another unit)."""
+        return not d.resharded(u) and seconds == 0
+
     gathers: list[int] = []  # all_gather task ids in comm-stream order
     consumers: list[int] = []  # the compute task that uses each gather
     last_rs = -1
@@ -152,37 +244,33 @@ def build_fsdp_step(
         last = k == accumulation - 1
         tag = f"[{k}]" if accumulation > 1 else ""
         for u in range(n_units):
-            ag = g.add(
-                comm, f"all_gather {names[u]}{tag}", Kind.ALL_GATHER, d.all_gather_s[u], group=k
-            )
-            gathers.append(ag)
-            consumers.append(
-                g.add(
-                    compute,
-                    f"forward {names[u]}{tag}",
-                    Kind.FORWARD,
-                    d.forward_s[u],
-                    (ag,),
-                    group=k,
+            deps: tuple[int, ...] = ()
+            ag = -1
+            if not skip(u, d.all_gather_s[u]):
+                ag = g.add(
+                    comm, f"all_gather {names[u]}{tag}", Kind.ALL_GATHER, d.all_gather_s[u], group=k
                 )
+                deps = (ag,)
+            fwd = g.add(
+                compute, f"forward {names[u]}{tag}", Kind.FORWARD, d.forward_s[u], deps, group=k
             )
-        # backward: comm order AG(U-1), then per unit u: AG(u-1) [prefetch], RS(u) [last only]
-        bwd_gather = {
-            n_units - 1: g.add(
-                comm,
-                f"all_gather {names[-1]}{tag} (bwd)",
-                Kind.ALL_GATHER,
-                d.all_gather_s[-1],
-                group=k,
-            )
-        }
+            if ag >= 0:
+                gathers.append(ag)
+                consumers.append(fwd)
+        # backward comm order: the first unit's gather, then per unit the next unit's gather
+        # (prefetch, issued first) and this unit's reduce_scatter
+        backward = list(range(n_units - 1, -1, -1))
         order: list[tuple[str, int]] = []
-        for u in range(n_units - 1, -1, -1):
-            if u >= 1:
-                order.append(("ag", u - 1))
-            if last:
+        if d.resharded(backward[0]):
+            order.append(("ag", backward[0]))
+        for idx, u in enumerate(backward):
+            if idx + 1 < n_units and d.resharded(backward[idx + 1]):
+                order.append(("ag", backward[idx + 1]))
+            if (every or last) and not skip(u, d.reduce_scatter_s[u]):
                 order.append(("rs", u))
+        bwd_gather: dict[int, int] = {}
         rs_tasks: dict[int, int] = {}
+        rs_tag = tag if every else ""
         for op, u in order:
             if op == "ag":
                 bwd_gather[u] = g.add(
@@ -195,25 +283,23 @@ def build_fsdp_step(
             else:
                 rs_tasks[u] = g.add(
                     comm,
-                    f"reduce_scatter {names[u]}",
+                    f"reduce_scatter {names[u]}{rs_tag}",
                     Kind.REDUCE_SCATTER,
                     d.reduce_scatter_s[u],
                     group=k,
                 )
-        for u in range(n_units - 1, -1, -1):
-            gathers.append(bwd_gather[u])
+        for u in backward:
+            deps = (bwd_gather[u],) if u in bwd_gather else ()
             b = g.add(
-                compute,
-                f"backward {names[u]}{tag}",
-                Kind.BACKWARD,
-                d.backward_s[u],
-                (bwd_gather[u],),
-                group=k,
+                compute, f"backward {names[u]}{tag}", Kind.BACKWARD, d.backward_s[u], deps, group=k
             )
-            consumers.append(b)
+            if u in bwd_gather:
+                gathers.append(bwd_gather[u])
+                consumers.append(b)
             if u in rs_tasks:
                 g.depend(rs_tasks[u], b)
-                last_rs = rs_tasks[u]
+                if last:
+                    last_rs = rs_tasks[u]
     g.add(
         compute,
         "optimizer step",
@@ -233,17 +319,23 @@ class StepResult:
 
     schedule: Schedule
     step_s: float
+    """The schedule's makespan plus ``interference_s``."""
     compute_busy_s: float
     comm_busy_s: float
     compute_idle_s: dict[str, float]
     """Compute-stream idle seconds by what it waited on (e.g. ``all_gather``)."""
     critical_path_s: dict[Category, float]
+    overlap_s: float = 0.0
+    """Seconds during which compute and communication ran at the same time."""
+    interference_s: float = 0.0
+    """Compute time lost to sharing the GPU with overlapped communication."""
 
     @property
     def verdict(self) -> str:
-        """``compute-bound`` or ``communication-bound``: the larger share of the critical path."""
+        """``compute-bound`` or ``communication-bound``: the larger share of the critical path
+        (interference counts as communication: it exists only because comm overlaps)."""
         cp = self.critical_path_s
-        if cp[Category.COMMUNICATION] > cp[Category.COMPUTE]:
+        if cp[Category.COMMUNICATION] + self.interference_s > cp[Category.COMPUTE]:
             return "communication-bound"
         return "compute-bound"
 
@@ -260,36 +352,76 @@ class StepResult:
             )
             or "no idle time"
         )
+        contention = (
+            f"; {self.interference_s * 1e3:.2f} ms lost to comm/compute contention"
+            if self.interference_s > 0
+            else ""
+        )
         return (
             f"compute busy {self.compute_busy_s * 1e3:.2f} ms, comm busy {self.comm_busy_s * 1e3:.2f} ms "
-            f"of {self.step_s * 1e3:.2f} ms; compute idle: {waits}"
+            f"of {self.step_s * 1e3:.2f} ms; compute idle: {waits}{contention}"
         )
 
 
-def analyse(schedule: Schedule) -> StepResult:
-    step = schedule.makespan_s
+def overlap_seconds(schedule: Schedule) -> float:
+    """Seconds during which the compute and comm streams were both busy (tasks of one
+    stream run back to back in program order, so each stream's intervals are sorted)."""
+    g = schedule.graph
+    ci, mi = g.stream_names.index("compute"), g.stream_names.index("comm")
+    start, end = schedule.start, schedule.end
+    a = [(start[i], end[i]) for i, s in enumerate(g.stream) if s == ci and end[i] > start[i]]
+    b = [(start[i], end[i]) for i, s in enumerate(g.stream) if s == mi and end[i] > start[i]]
+    i = j = 0
+    total = 0.0
+    while i < len(a) and j < len(b):
+        lo = a[i][0] if a[i][0] > b[j][0] else b[j][0]
+        hi = a[i][1] if a[i][1] < b[j][1] else b[j][1]
+        if hi > lo:
+            total += hi - lo
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return total
+
+
+def analyse(schedule: Schedule, overlap_slowdown: float = 0.0) -> StepResult:
     g = schedule.graph
     compute, comm = g.stream_names.index("compute"), g.stream_names.index("comm")
+    overlap = overlap_seconds(schedule) if overlap_slowdown > 0 else 0.0
+    interference = overlap_slowdown * overlap
     return StepResult(
         schedule=schedule,
-        step_s=step,
+        step_s=schedule.makespan_s + interference,
         compute_busy_s=sum(iv.seconds for iv in schedule.busy(compute)),
         comm_busy_s=sum(iv.seconds for iv in schedule.busy(comm)),
         compute_idle_s=schedule.idle_by_cause(compute),
         critical_path_s=schedule.critical_path_seconds(),
+        overlap_s=overlap,
+        interference_s=interference,
     )
 
 
 def simulate_fsdp_step(
-    d: FSDPDurations, accumulation: int = 1, max_inflight: int = DEFAULT_MAX_INFLIGHT
+    d: FSDPDurations,
+    accumulation: int = 1,
+    max_inflight: int = DEFAULT_MAX_INFLIGHT,
+    gradient_sync: GradientSync = GradientSync.EVERY_MICRO_BATCH,
 ) -> StepResult:
-    return analyse(simulate(build_fsdp_step(d, accumulation, max_inflight)))
+    graph = build_fsdp_step(d, accumulation, max_inflight, gradient_sync)
+    return analyse(simulate(graph), d.overlap_slowdown)
 
 
 @lru_cache(maxsize=32768)
 def fsdp_step_seconds(
-    d: FSDPDurations, accumulation: int = 1, max_inflight: int = DEFAULT_MAX_INFLIGHT
+    d: FSDPDurations,
+    accumulation: int = 1,
+    max_inflight: int = DEFAULT_MAX_INFLIGHT,
+    gradient_sync: GradientSync = GradientSync.EVERY_MICRO_BATCH,
 ) -> float:
     """Only the step time (no bottleneck analysis): what the optimizer needs. Cached by the
     durations, so pools with the same hardware and shapes share their simulations."""
-    return simulate(build_fsdp_step(d, accumulation, max_inflight)).makespan_s
+    schedule = simulate(build_fsdp_step(d, accumulation, max_inflight, gradient_sync))
+    if d.overlap_slowdown > 0:
+        return schedule.makespan_s + d.overlap_slowdown * overlap_seconds(schedule)
+    return schedule.makespan_s

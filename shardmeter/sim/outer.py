@@ -8,8 +8,11 @@ islands with a ring, ``T = 2·(P−1)·(L + β·D/P)`` (paper §III-B):
   crosses each uplink once per direction, and every rank's shard shares that uplink, so the
   whole payload goes through one uplink (``parallel_rails = 1``);
 * **islands at one site** talk over the inter-node fabric. Each FSDP rank all-reduces its own
-  shard with its counterparts in the other islands, so the payload is spread over as many
-  parallel rails as the smallest island has GPUs; L and β are the slowest pool's fitted
+  shard with its counterparts in the other islands, so every node of an island pushes its
+  GPUs' shards through its NIC rails at once: the payload is spread over as many node
+  networks as the smallest island fills (``parallel_rails`` = its GPUs ÷ GPUs per node),
+  each moving at the node's inter-node bus bandwidth (the inter-node fit's
+  ``seconds_per_byte`` is per node, all rails); L and β are the slowest pool's fitted
   inter-node all_reduce coefficients.
 """
 
@@ -20,7 +23,7 @@ from dataclasses import dataclass
 
 from shardmeter.cost.coefficients import LinkRole
 from shardmeter.cost.model import CostModel
-from shardmeter.cost.priors import LINK_EFFICIENCY
+from shardmeter.cost.priors import LINK_EFFICIENCY_BY_KIND
 from shardmeter.cost.regression import ring_seconds
 from shardmeter.errors import SpecError
 from shardmeter.spec.hardware import LinkSpec
@@ -30,7 +33,7 @@ from shardmeter.spec.hardware import LinkSpec
 class OuterLink:
     latency_s: float
     seconds_per_byte: float
-    parallel_rails: int
+    parallel_rails: float
     description: str
 
     def all_reduce_seconds(self, payload_bytes: float, islands: int) -> float:
@@ -47,7 +50,8 @@ def wan_link(uplinks: Sequence[LinkSpec]) -> OuterLink:
     slowest = min(uplinks, key=lambda link: link.bandwidth_bytes_per_s)
     return OuterLink(
         latency_s=max(link.latency_s for link in uplinks),
-        seconds_per_byte=1.0 / (slowest.bandwidth_bytes_per_s * LINK_EFFICIENCY),
+        seconds_per_byte=1.0
+        / (slowest.bandwidth_bytes_per_s * LINK_EFFICIENCY_BY_KIND[slowest.kind]),
         parallel_rails=1,
         description=f"WAN ({slowest.name})",
     )
@@ -57,7 +61,7 @@ def fabric_link(link: LinkSpec, rails: int) -> OuterLink:
     """A datasheet inter-node link between islands at one site, ``rails`` shards in parallel."""
     return OuterLink(
         latency_s=link.latency_s,
-        seconds_per_byte=1.0 / (link.bandwidth_bytes_per_s * LINK_EFFICIENCY),
+        seconds_per_byte=1.0 / (link.bandwidth_bytes_per_s * LINK_EFFICIENCY_BY_KIND[link.kind]),
         parallel_rails=rails,
         description=f"inter-node fabric ({link.name})",
     )
@@ -73,6 +77,12 @@ class IslandPlacement:
     @property
     def site(self) -> str:
         return self.cost_model.pool.site
+
+    @property
+    def node_rails(self) -> float:
+        """The island's share of node networks: its GPUs ÷ GPUs per node (a 2 × 4 island on
+        8-GPU nodes drives half the rails of two nodes = one node's worth)."""
+        return self.ranks / self.cost_model.pool.gpus_per_node
 
 
 def outer_link(islands: Sequence[IslandPlacement]) -> OuterLink:
@@ -96,6 +106,6 @@ def outer_link(islands: Sequence[IslandPlacement]) -> OuterLink:
     return OuterLink(
         latency_s=max(f.latency_s for f in fits),
         seconds_per_byte=max(f.seconds_per_byte for f in fits),
-        parallel_rails=min(isl.ranks for isl in islands),
+        parallel_rails=min(isl.node_rails for isl in islands),
         description=f"inter-node fabric ({fits[0].link})",
     )

@@ -31,7 +31,7 @@ from shardmeter.sim.settings import (
     search_settings,
 )
 from shardmeter.spec.model import TransformerSpec
-from shardmeter.spec.training import StrategyKind, StrategySpec
+from shardmeter.spec.training import GradientSync, StrategyKind, StrategySpec
 
 
 @dataclass(frozen=True)
@@ -49,6 +49,13 @@ class IslandShape:
         return f"{self.nodes}×{self.gpus_per_node}"
 
 
+def resolved_gradient_sync(cm: CostModel, gradient_sync: GradientSync | None) -> GradientSync:
+    """The mode a step is simulated with: the argument, else the training spec's; ``auto``
+    (a planner decision) counts as FSDP2's default, every-micro-batch, until resolved."""
+    mode = gradient_sync or cm.training.gradient_sync
+    return GradientSync.EVERY_MICRO_BATCH if mode is GradientSync.AUTO else mode
+
+
 class IslandStepModel:
     """Step time of one island shape at one micro-batch, for any accumulation A.
 
@@ -58,6 +65,11 @@ class IslandStepModel:
     optimizer tail), so three simulations give every A exactly:
     T(A) = T(2) + (A − 2)·(T(3) − T(2)) for A ≥ 2. A property test holds this against full
     simulations of random graphs; the optimizer relies on it to stay fast.
+
+    ``gradient_sync`` selects the FSDP gradient-accumulation mode (default: the training
+    spec's; ``auto`` → every-micro-batch). To let a planner weigh both modes, build one model
+    per mode and check memory with ``cm.max_micro_batch(..., gradient_sync=mode)``;
+    `best_gradient_sync` does exactly that for one configuration.
     """
 
     def __init__(
@@ -66,18 +78,23 @@ class IslandStepModel:
         shape: IslandShape,
         micro_batch: int,
         max_inflight: int = DEFAULT_MAX_INFLIGHT,
+        gradient_sync: GradientSync | None = None,
     ) -> None:
         self.cm = cm
         self.shape = shape
         self.micro_batch = micro_batch
         self.max_inflight = max_inflight
+        self.gradient_sync = resolved_gradient_sync(cm, gradient_sync)
         self.durations = FSDPDurations.from_cost_model(
             cm, shape.nodes, shape.gpus_per_node, micro_batch
         )
 
     @cached_property
     def _first_steps(self) -> tuple[float, float, float]:
-        return tuple(fsdp_step_seconds(self.durations, a, self.max_inflight) for a in (1, 2, 3))  # type: ignore[return-value]
+        return tuple(  # type: ignore[return-value]
+            fsdp_step_seconds(self.durations, a, self.max_inflight, self.gradient_sync)
+            for a in (1, 2, 3)
+        )
 
     @property
     def increment_s(self) -> float:
@@ -92,7 +109,20 @@ class IslandStepModel:
         return t2 + (accumulation - 2) * (t3 - t2)
 
     def simulate(self, accumulation: int) -> StepResult:
-        return simulate_fsdp_step(self.durations, accumulation, self.max_inflight)
+        return simulate_fsdp_step(
+            self.durations, accumulation, self.max_inflight, self.gradient_sync
+        )
+
+    def fits(self, accumulation: int, outer_state_on_gpu: bool = False) -> bool:
+        """Whether this configuration fits in GPU memory in this gradient-sync mode."""
+        return self.cm.memory(
+            self.shape.ranks,
+            self.micro_batch,
+            accumulation,
+            outer_state_on_gpu,
+            gradient_sync=self.gradient_sync,
+            gpus_per_node=self.shape.gpus_per_node,
+        ).fits
 
     def tokens_per_step(self, accumulation: int) -> int:
         return accumulation * self.micro_batch * self.shape.ranks * self.cm.training.seq_len_tokens
@@ -100,6 +130,26 @@ class IslandStepModel:
     def mfu(self, accumulation: int) -> float:
         flops = accumulation * self.cm.model_flops_per_micro_step(self.micro_batch)
         return flops / (self.step_s(accumulation) * self.cm.peak_flop_per_s)
+
+
+def best_gradient_sync(
+    cm: CostModel,
+    shape: IslandShape,
+    micro_batch: int,
+    accumulation: int,
+    outer_state_on_gpu: bool = False,
+    max_inflight: int = DEFAULT_MAX_INFLIGHT,
+) -> IslandStepModel | None:
+    """For ``gradientSync: auto``: the faster of the two modes that fits in memory (ties go to
+    every-micro-batch, FSDP2's default), or None when neither fits."""
+    best: IslandStepModel | None = None
+    for mode in (GradientSync.EVERY_MICRO_BATCH, GradientSync.LAST_MICRO_BATCH):
+        model = IslandStepModel(cm, shape, micro_batch, max_inflight, mode)
+        if not model.fits(accumulation, outer_state_on_gpu):
+            continue
+        if best is None or model.step_s(accumulation) < best.step_s(accumulation):
+            best = model
+    return best
 
 
 @dataclass(frozen=True)

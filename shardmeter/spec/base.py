@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from typing import Annotated, Any
@@ -106,12 +107,16 @@ def parse_bytes(value: Any) -> Any:
 
 
 def _positive(value: float) -> float:
+    if math.isnan(value) or math.isinf(value):
+        raise ValueError("must be a finite number")
     if not value > 0:
         raise ValueError("must be greater than 0")
     return value
 
 
 def _non_negative(value: float) -> float:
+    if math.isnan(value) or math.isinf(value):
+        raise ValueError("must be a finite number")
     if not value >= 0:
         raise ValueError("must be 0 or greater")
     return value

@@ -1,4 +1,13 @@
-"""Hardware: GPUs, links and node pools, with datasheet presets."""
+"""Hardware: GPUs, links, node networks and node pools, with datasheet presets.
+
+A pool's fabric has two levels, as NCCL sees it:
+
+* **inside a node** one link per GPU (`LinkSpec`: NVLink through NVSwitch, or PCIe);
+* **between nodes** the node's network (`NetworkSpec`): ``nicsPerNode`` NICs ("rails") of
+  ``nicBandwidthBytesPerS`` each. NCCL runs one ring (channel) per rail in parallel, so a node's
+  inter-node bus bandwidth is about NICs × NIC bandwidth, capped by the intra-node link
+  (see `shardmeter.cost.collectives`).
+"""
 
 from __future__ import annotations
 
@@ -6,47 +15,10 @@ import re
 from enum import StrEnum
 from typing import Annotated, Any
 
-from pydantic import BeforeValidator, Field, field_validator
+from pydantic import BeforeValidator, Field, field_validator, model_validator
 
 from shardmeter.spec.base import Bytes, BytesPerSecond, Seconds, SpecModel
 from shardmeter.spec.presets import resolve
-
-
-class GPUSpec(SpecModel):
-    """An accelerator's datasheet figures (dense, no sparsity)."""
-
-    name: str = Field(max_length=63)
-    """Display name, e.g. ``H200-141GB-SXM``."""
-    memory_bytes: Bytes
-    """Device memory (the total nvidia-smi reports)."""
-    peak_bf16_flop_per_s: float = Field(gt=0)
-    """Peak dense BF16 tensor-core throughput."""
-    peak_fp32_flop_per_s: float = Field(gt=0)
-    """Peak FP32 (non-tensor-core) throughput."""
-    hbm_bandwidth_bytes_per_s: BytesPerSecond
-    """Device memory bandwidth."""
-    tdp_watts: float = Field(gt=0)
-    """Board power limit."""
-    default_intra_node_link: str = "nvlink4"
-    """Link preset used inside a node when a pool does not name one."""
-    default_inter_node_link: str = "ib-ndr"
-    """Per-GPU network rail used between nodes when a pool does not name one."""
-
-    @field_validator("default_intra_node_link", "default_inter_node_link")
-    @classmethod
-    def _known_link(cls, value: str) -> str:
-        if value not in LINK_PRESETS:
-            raise ValueError(
-                f"unknown link preset {value!r}; allowed: {', '.join(sorted(LINK_PRESETS))}"
-            )
-        return value
-
-    def peak_flop_per_s(self, precision: str) -> float:
-        return (
-            self.peak_bf16_flop_per_s
-            if precision in ("bf16", "fp16")
-            else self.peak_fp32_flop_per_s
-        )
 
 
 class LinkKind(StrEnum):
@@ -58,9 +30,16 @@ class LinkKind(StrEnum):
 
 
 class LinkSpec(SpecModel):
-    """A communication path. For fabrics between nodes, ``bandwidth_bytes_per_s`` is the
-    bandwidth available to *one GPU* (one NIC rail per GPU, as in DGX/HGX nodes); for a WAN
-    uplink it is the site's whole uplink."""
+    """One communication path with one bandwidth. What the bandwidth belongs to depends on
+    where the link is used:
+
+    * ``intraNodeLink``: the link of **one GPU** into the node's fabric (NVLink through
+      NVSwitch, or PCIe), per direction;
+    * ``interNodeLink`` (legacy; prefer ``network``): **one rail per GPU** — the node has as
+      many NICs of this bandwidth as GPUs (``ib-ndr`` on an 8-GPU node = 8 × 400 Gbit/s). A
+      link that names a per-GPU share of a shared NIC (e.g. 400 Gbit/s per node / 8 GPUs =
+      50 Gbit/s) therefore means the same node bandwidth;
+    * ``wanUplink``: the site's whole uplink."""
 
     name: str = Field(default="custom", max_length=63)
     kind: LinkKind
@@ -68,6 +47,127 @@ class LinkSpec(SpecModel):
     """One-way latency of one hop (ring step)."""
     bandwidth_bytes_per_s: BytesPerSecond
     """Datasheet bandwidth per direction."""
+
+
+class NetworkSpec(SpecModel):
+    """A node's network to the other nodes: its NICs ("rails"), their speed and cabling.
+    Example: DGX H100 = 8 NICs of 400 Gbit/s InfiniBand NDR, rail-optimised."""
+
+    nics_per_node: int = Field(ge=1, le=64)
+    """NICs per node used for GPU traffic (not the management/storage NICs)."""
+    nic_bandwidth_bytes_per_s: BytesPerSecond
+    """Datasheet bandwidth of one NIC, per direction (``400 Gbit/s`` is accepted)."""
+    kind: LinkKind = LinkKind.INFINIBAND
+    """infiniband or ethernet (RoCE)."""
+    latency_s: Seconds | None = None
+    """One NIC-to-NIC hop through the leaf switch (ring step across nodes); unset: 5 µs for
+    InfiniBand, 10 µs for Ethernet (RoCE), as the link presets."""
+    rail_optimized: bool = True
+    """NIC i of every node hangs off the same leaf switch (rail-optimised, DGX SuperPOD
+    style): ring traffic between nodes stays on one switch. When false, traffic between
+    nodes may cross the spine and shares its ``oversubscription``."""
+    oversubscription: float = Field(default=1.0, ge=1.0, le=64.0)
+    """Leaf downlink : uplink bandwidth ratio (1 = non-blocking). Only used when the fabric
+    is not rail-optimised."""
+
+    @field_validator("kind")
+    @classmethod
+    def _network_kind(cls, value: LinkKind) -> LinkKind:
+        if value not in (LinkKind.INFINIBAND, LinkKind.ETHERNET):
+            raise ValueError(f"a node network is infiniband or ethernet (got {value.value!r})")
+        return value
+
+    @property
+    def node_bandwidth_bytes_per_s(self) -> float:
+        """All rails of one node together (datasheet)."""
+        return self.nics_per_node * self.nic_bandwidth_bytes_per_s
+
+    @property
+    def hop_latency_s(self) -> float:
+        if self.latency_s is not None:
+            return self.latency_s
+        return 5e-6 if self.kind is LinkKind.INFINIBAND else 10e-6
+
+    @classmethod
+    def one_rail_per_gpu(cls, link: LinkSpec, gpus_per_node: int) -> NetworkSpec:
+        """The meaning of a legacy per-GPU ``interNodeLink``: one NIC of the link's bandwidth
+        per GPU."""
+        kind = (
+            link.kind
+            if link.kind in (LinkKind.INFINIBAND, LinkKind.ETHERNET)
+            else (LinkKind.ETHERNET)
+        )
+        return cls(
+            nics_per_node=gpus_per_node,
+            nic_bandwidth_bytes_per_s=link.bandwidth_bytes_per_s,
+            kind=kind,
+            latency_s=link.latency_s,
+        )
+
+
+class GPUSpec(SpecModel):
+    """An accelerator: datasheet figures (dense, no sparsity) and the fractions of them that
+    measurements show real kernels reach (sources beside each preset)."""
+
+    name: str = Field(max_length=63)
+    """Display name, e.g. ``H200-141GB-SXM``."""
+    memory_bytes: Bytes
+    """Device memory (the total nvidia-smi reports)."""
+    peak_bf16_flop_per_s: float = Field(gt=0, allow_inf_nan=False)
+    """Peak dense BF16 tensor-core throughput."""
+    peak_fp32_flop_per_s: float = Field(gt=0, allow_inf_nan=False)
+    """Peak FP32 (non-tensor-core) throughput."""
+    peak_fp8_flop_per_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    """Peak dense FP8 tensor-core throughput; unset for GPUs whose float8 training is not
+    supported here (``precision: fp8`` is then an error)."""
+    hbm_bandwidth_bytes_per_s: BytesPerSecond
+    """Device memory bandwidth."""
+    tdp_watts: float = Field(gt=0, allow_inf_nan=False)
+    """Board power limit (the default power cap)."""
+    static_power_fraction: float = Field(default=0.15, gt=0, lt=1, allow_inf_nan=False)
+    """Share of the board power that does not scale with the SM clock (leakage, HBM, I/O):
+    the idle draw nvidia-smi reports for SXM A100/H100 boards (≈ 55–60 W of 400 W,
+    ≈ 70–100 W of 700 W). Used by the power-cap model."""
+    matmul_efficiency: float = Field(default=0.75, gt=0, le=1, allow_inf_nan=False)
+    """Fraction of peak BF16 a large GEMM sustains (Maximum Achievable Matmul FLOPS ÷ peak)."""
+    fp8_matmul_efficiency: float = Field(default=0.70, gt=0, le=1, allow_inf_nan=False)
+    """Fraction of peak FP8 a large FP8 GEMM sustains."""
+    attention_efficiency: float = Field(default=0.32, gt=0, le=1, allow_inf_nan=False)
+    """Fraction of peak BF16 the flash-attention forward kernel reaches (causal, head dim
+    128, counting the FLOPs it executes)."""
+    attention_backward_efficiency: float = Field(default=0.30, gt=0, le=1, allow_inf_nan=False)
+    """The same for the flash-attention backward kernel."""
+    memory_efficiency: float = Field(default=0.85, gt=0, le=1, allow_inf_nan=False)
+    """Fraction of the HBM bandwidth element-wise kernels reach."""
+    default_intra_node_link: str = "nvlink4"
+    """Link preset used inside a node when a pool does not name one."""
+    default_inter_node_link: str = "ib-ndr"
+    """Per-GPU rail used between nodes when neither the pool nor ``default_network`` says."""
+    default_network: NetworkSpec | None = None
+    """The node network of the usual server for this GPU (e.g. HGX H100: 8 × 400 Gbit/s)."""
+
+    @field_validator("default_intra_node_link", "default_inter_node_link")
+    @classmethod
+    def _known_link(cls, value: str) -> str:
+        if value not in LINK_PRESETS:
+            raise ValueError(
+                f"unknown link preset {value!r}; allowed: {', '.join(sorted(LINK_PRESETS))}"
+            )
+        return value
+
+    def peak_flop_per_s(self, precision: str) -> float:
+        """Peak of the precision the *model* FLOPs are counted against: BF16 tensor cores for
+        bf16 and fp8 training (MFU is quoted against BF16 peak, as torchtitan does), FP32
+        otherwise."""
+        return (
+            self.peak_bf16_flop_per_s
+            if precision in ("bf16", "fp16", "fp8")
+            else self.peak_fp32_flop_per_s
+        )
+
+    @property
+    def supports_fp8(self) -> bool:
+        return self.peak_fp8_flop_per_s is not None
 
 
 def _link(
@@ -85,7 +185,7 @@ LINK_PRESETS: dict[str, LinkSpec] = {
     # PCIe 4.0 / 5.0 x16: ~32 / ~64 GB/s per direction.
     "pcie4": _link("pcie4", LinkKind.PCIE, 5e-6, 32, bits=False),
     "pcie5": _link("pcie5", LinkKind.PCIE, 5e-6, 64, bits=False),
-    # InfiniBand HDR / NDR, one 200 / 400 Gbit/s HCA per GPU.
+    # InfiniBand HDR / NDR: one 200 / 400 Gbit/s HCA per GPU (as interNodeLink: one rail per GPU).
     "ib-hdr": _link("ib-hdr", LinkKind.INFINIBAND, 5e-6, 200, bits=True),
     "ib-ndr": _link("ib-ndr", LinkKind.INFINIBAND, 5e-6, 400, bits=True),
     # Ethernet (RoCE) 100 / 400 Gbit/s per GPU.
@@ -98,11 +198,32 @@ LINK_PRESETS: dict[str, LinkSpec] = {
 }
 
 
+def _network(nics: int, gbit: float, kind: LinkKind, latency_s: float) -> NetworkSpec:
+    return NetworkSpec(
+        nics_per_node=nics, nic_bandwidth_bytes_per_s=gbit * 1e9 / 8, kind=kind, latency_s=latency_s
+    )
+
+
 _MIB = 2**20
 
+# Achieved fractions (sources for every preset below):
+# * matmul_efficiency / fp8_matmul_efficiency: Maximum Achievable Matmul FLOPS ÷ datasheet
+#   peak, mean of 100 iterations at the best shape — stas00/ml-engineering,
+#   compute/accelerator/README.md, "Maximum Achievable Matmul FLOPS comparison table"
+#   (commit 744d01e1): A100 SXM 271.2/312 = 86.9 %; H100 SXM 794.5/989 = 80.3 % ("H200 is the
+#   same"); FP8: H100 SXM 1402.6/1979 = 70.9 %, H200 SXM 1453.4/1979 = 73.4 %.
+# * attention_efficiency / attention_backward_efficiency: FlashAttention-2, the kernel behind
+#   PyTorch's SDPA flash backend. A100: 50–73 % of peak (Dao 2023, arXiv 2307.08691,
+#   abstract; 0.60 taken for both passes). H100: FA2 uses no Hopper-specific instructions —
+#   "only 35 % utilization" (Shah et al. 2024, FlashAttention-3, arXiv 2407.08608, abstract);
+#   its Figure 5 measures FA2 at head dim 128, sequence 2k–8k: causal forward 298–333 TFLOP/s
+#   (0.32 of 989) and backward 291–318 TFLOP/s (0.30).
+# * memory_efficiency: element-wise PyTorch kernels stream at about 85 % of HBM peak
+#   (vectorised loads; STREAM-style copies on A100/H100 reach 85–90 %).
 GPU_PRESETS: dict[str, GPUSpec] = {
     # NVIDIA A100 datasheet (SXM4 80 GB): 312 TFLOP/s BF16 dense, 19.5 TFLOP/s FP32,
-    # 2,039 GB/s HBM2e, 400 W; NVLink 3 (600 GB/s bidirectional).
+    # 2,039 GB/s HBM2e, 400 W; NVLink 3 (600 GB/s bidirectional). HGX/DGX A100 nodes carry
+    # 8 ConnectX-6 HDR 200 Gbit/s InfiniBand NICs, one per GPU (DGX A100 user guide).
     "a100-80gb-sxm": GPUSpec(
         name="A100-80GB-SXM",
         memory_bytes=81920 * _MIB,
@@ -110,29 +231,53 @@ GPU_PRESETS: dict[str, GPUSpec] = {
         peak_fp32_flop_per_s=19.5e12,
         hbm_bandwidth_bytes_per_s=2.039e12,
         tdp_watts=400,
+        matmul_efficiency=0.869,
+        attention_efficiency=0.60,
+        attention_backward_efficiency=0.60,
+        memory_efficiency=0.85,
         default_intra_node_link="nvlink3",
         default_inter_node_link="ib-hdr",
+        default_network=_network(8, 200, LinkKind.INFINIBAND, 5e-6),
     ),
-    # NVIDIA H100 SXM5 80 GB: 989.4 TFLOP/s BF16 dense, 66.9 TFLOP/s FP32, 3.35 TB/s, 700 W.
+    # NVIDIA H100 SXM5 80 GB: 989.4 TFLOP/s BF16 dense, 1,979 TFLOP/s FP8 dense, 66.9 TFLOP/s
+    # FP32, 3.35 TB/s, 700 W. HGX/DGX H100: 8 ConnectX-7 NDR 400 Gbit/s NICs, one per GPU.
     "h100-80gb-sxm": GPUSpec(
         name="H100-80GB-SXM",
         memory_bytes=81559 * _MIB,
         peak_bf16_flop_per_s=989.4e12,
         peak_fp32_flop_per_s=66.9e12,
+        peak_fp8_flop_per_s=1978.9e12,
         hbm_bandwidth_bytes_per_s=3.35e12,
         tdp_watts=700,
+        matmul_efficiency=0.803,
+        fp8_matmul_efficiency=0.709,
+        attention_efficiency=0.32,
+        attention_backward_efficiency=0.30,
+        memory_efficiency=0.85,
+        default_network=_network(8, 400, LinkKind.INFINIBAND, 5e-6),
     ),
-    # NVIDIA H200 SXM 141 GB: same compute as H100 SXM, 4.8 TB/s HBM3e, 700 W.
+    # NVIDIA H200 SXM 141 GB: same compute as H100 SXM, 4.8 TB/s HBM3e, 700 W; HGX H200 has
+    # the HGX H100 network (8 × 400 Gbit/s).
     "h200-141gb-sxm": GPUSpec(
         name="H200-141GB-SXM",
         memory_bytes=143771 * _MIB,
         peak_bf16_flop_per_s=989.4e12,
         peak_fp32_flop_per_s=66.9e12,
+        peak_fp8_flop_per_s=1978.9e12,
         hbm_bandwidth_bytes_per_s=4.8e12,
         tdp_watts=700,
+        matmul_efficiency=0.803,
+        fp8_matmul_efficiency=0.734,
+        attention_efficiency=0.32,
+        attention_backward_efficiency=0.30,
+        memory_efficiency=0.85,
+        default_network=_network(8, 400, LinkKind.INFINIBAND, 5e-6),
     ),
     # NVIDIA L40S 48 GB GDDR6: 362.05 TFLOP/s BF16 dense, 91.6 TFLOP/s FP32, 864 GB/s, 350 W;
-    # PCIe 4.0 only, no NVLink.
+    # PCIe 4.0 only, no NVLink. No MAMF measurement is published: a power-limited (350 W) Ada
+    # part is taken below the A100 PCIe figure (81.1 %, same table): 0.75; FlashAttention-2
+    # at the H100 figures (no Ada measurement either). Typical L40S servers pair one 200 GbE ConnectX-7
+    # with every two GPUs (NVIDIA OVX / L40S reference configurations): 4 × 200 Gbit/s RoCE.
     "l40s": GPUSpec(
         name="L40S",
         memory_bytes=46068 * _MIB,
@@ -140,8 +285,13 @@ GPU_PRESETS: dict[str, GPUSpec] = {
         peak_fp32_flop_per_s=91.6e12,
         hbm_bandwidth_bytes_per_s=864e9,
         tdp_watts=350,
+        matmul_efficiency=0.75,
+        attention_efficiency=0.32,
+        attention_backward_efficiency=0.30,
+        memory_efficiency=0.85,
         default_intra_node_link="pcie4",
         default_inter_node_link="eth-100g",
+        default_network=_network(4, 200, LinkKind.ETHERNET, 10e-6),
     ),
 }
 
@@ -149,10 +299,16 @@ GPU_PRESETS: dict[str, GPUSpec] = {
 GPU_ALIASES: dict[str, str] = {
     "a100": "a100-80gb-sxm",
     "a100-80gb": "a100-80gb-sxm",
+    "a100-sxm": "a100-80gb-sxm",
+    "a100-sxm4": "a100-80gb-sxm",
     "h100": "h100-80gb-sxm",
     "h100-80gb": "h100-80gb-sxm",
+    "h100-sxm": "h100-80gb-sxm",
+    "h100-sxm5": "h100-80gb-sxm",
     "h200": "h200-141gb-sxm",
     "h200-141gb": "h200-141gb-sxm",
+    "h200-sxm": "h200-141gb-sxm",
+    "l40s-48gb": "l40s",
 }
 """Short names accepted wherever a GPU preset is (``gpu: h200``)."""
 GPU_LOOKUP: dict[str, GPUSpec] = {
@@ -161,8 +317,26 @@ GPU_LOOKUP: dict[str, GPUSpec] = {
 }
 
 
+NETWORK_PRESETS: dict[str, NetworkSpec] = {
+    # DGX/HGX A100: 8 ConnectX-6 HDR InfiniBand NICs, one per GPU
+    "8x-hdr": _network(8, 200, LinkKind.INFINIBAND, 5e-6),
+    # DGX/HGX H100 and H200: 8 ConnectX-7 NDR InfiniBand NICs, one per GPU
+    "8x-ndr": _network(8, 400, LinkKind.INFINIBAND, 5e-6),
+    # the same cabled as 400 GbE RoCE (e.g. Spectrum-X)
+    "8x-400gbe": _network(8, 400, LinkKind.ETHERNET, 10e-6),
+    # PCIe servers (L40S): one 200 GbE NIC per two GPUs
+    "4x-200gbe": _network(4, 200, LinkKind.ETHERNET, 10e-6),
+    # a single shared 100 GbE NIC
+    "1x-100gbe": _network(1, 100, LinkKind.ETHERNET, 10e-6),
+}
+
+
 def _resolve_gpu(value: Any) -> Any:
     return resolve(value, GPU_LOOKUP, "GPU")
+
+
+def _resolve_network(value: Any) -> Any:
+    return resolve(value, NETWORK_PRESETS, "network")
 
 
 def _resolve_link(value: Any) -> Any:
@@ -171,6 +345,9 @@ def _resolve_link(value: Any) -> Any:
 
 GPURef = Annotated[GPUSpec, BeforeValidator(_resolve_gpu, json_schema_input_type=str | GPUSpec)]
 LinkRef = Annotated[LinkSpec, BeforeValidator(_resolve_link, json_schema_input_type=str | LinkSpec)]
+NetworkRef = Annotated[
+    NetworkSpec, BeforeValidator(_resolve_network, json_schema_input_type=str | NetworkSpec)
+]
 
 _NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
@@ -179,6 +356,22 @@ class PoolHardware(SpecModel):
     """A pool of identical GPU nodes at one site (everything but its name; the ``GPUPool``
     custom resource takes the name from its metadata)."""
 
+    model_config = SpecModel.model_config | {
+        "json_schema_extra": {
+            "x-kubernetes-validations": [
+                {
+                    "rule": "!has(self.network) || !has(self.interNodeLink)",
+                    "message": "give either network (NICs per node) or the legacy "
+                    "interNodeLink (one rail per GPU), not both",
+                },
+                {
+                    "rule": "!has(self.powerCapWatts) || self.powerCapWatts > 0.0",
+                    "message": "powerCapWatts must be greater than 0",
+                },
+            ]
+        }
+    }
+
     gpu: GPURef
     """GPU preset name or an inline GPU spec."""
     nodes: int = Field(ge=1, le=4096)
@@ -186,15 +379,45 @@ class PoolHardware(SpecModel):
     gpus_per_node: int = Field(ge=1, le=16)
     """GPUs in each node."""
     intra_node_link: LinkRef | None = None
-    """Link between GPUs of one node; defaults to the GPU's usual one (NVLink or PCIe)."""
+    """Link of one GPU inside a node; defaults to the GPU's usual one (NVLink or PCIe)."""
+    network: NetworkRef | None = None
+    """The nodes' network: a preset (``8x-ndr``, ``8x-hdr``, ``8x-400gbe``, ``4x-200gbe``,
+    ``1x-100gbe``) or NICs per node, bandwidth per NIC, rail-optimised or not (e.g.
+    ``{nicsPerNode: 8, nicBandwidthBytesPerS: 400 Gbit/s}``); defaults to the GPU's usual
+    server network."""
     inter_node_link: LinkRef | None = None
-    """Per-GPU network rail between nodes; defaults to the GPU's usual fabric."""
+    """Legacy form of ``network``: a per-GPU rail (a link preset such as ``ib-ndr``), meaning
+    one NIC of that bandwidth per GPU."""
     site: str = Field(default="default", min_length=1, max_length=63)
     """Site (data centre). Islands at different sites talk over the sites' WAN uplinks."""
     wan_uplink: LinkRef | None = None
     """The site's WAN uplink, needed when a plan spans sites."""
-    price_per_gpu_hour_usd: float = Field(default=0.0, ge=0)
+    price_per_gpu_hour_usd: float = Field(default=0.0, ge=0, allow_inf_nan=False)
     """Price of one GPU for one hour."""
+    power_cap_watts: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    """GPU power limit set on the nodes (``nvidia-smi -pl``); unset = the board's TDP. Lower
+    caps lower the sustained clock (see `shardmeter.cost.power`)."""
+
+    @model_validator(mode="after")
+    def _one_network(self) -> PoolHardware:
+        if self.network is not None and self.inter_node_link is not None:
+            raise ValueError(
+                "give either network (NICs per node) or the legacy interNodeLink "
+                "(one rail per GPU), not both"
+            )
+        cap, gpu = self.power_cap_watts, self.gpu
+        if cap is not None and cap > gpu.tdp_watts:
+            raise ValueError(
+                f"powerCapWatts ({cap:g}) exceeds the {gpu.name} board limit of "
+                f"{gpu.tdp_watts:g} W; leave it unset to run at the TDP"
+            )
+        static = gpu.static_power_fraction * gpu.tdp_watts
+        if cap is not None and cap <= static:
+            raise ValueError(
+                f"powerCapWatts ({cap:g}) is at or below the {gpu.name}'s static power "
+                f"(≈ {static:.0f} W): the GPU could not clock at all; raise it"
+            )
+        return self
 
     @property
     def intra(self) -> LinkSpec:
@@ -203,8 +426,30 @@ class PoolHardware(SpecModel):
 
     @property
     def inter(self) -> LinkSpec:
-        """The per-GPU rail between nodes (the pool's, else the GPU's usual fabric)."""
-        return self.inter_node_link or LINK_PRESETS[self.gpu.default_inter_node_link]
+        """One rail of the node network as a link (its NIC bandwidth and hop latency)."""
+        net = self.node_network
+        return LinkSpec(
+            name=self.inter_node_link.name
+            if self.inter_node_link is not None
+            else f"{net.nics_per_node}x{net.nic_bandwidth_bytes_per_s * 8 / 1e9:g}G",
+            kind=net.kind,
+            latency_s=net.hop_latency_s,
+            bandwidth_bytes_per_s=net.nic_bandwidth_bytes_per_s,
+        )
+
+    @property
+    def node_network(self) -> NetworkSpec:
+        """The node network: the pool's ``network``, else its legacy per-GPU
+        ``interNodeLink`` (one rail per GPU), else the GPU's usual server network."""
+        if self.network is not None:
+            return self.network
+        if self.inter_node_link is not None:
+            return NetworkSpec.one_rail_per_gpu(self.inter_node_link, self.gpus_per_node)
+        if self.gpu.default_network is not None:
+            return self.gpu.default_network
+        return NetworkSpec.one_rail_per_gpu(
+            LINK_PRESETS[self.gpu.default_inter_node_link], self.gpus_per_node
+        )
 
     @property
     def total_gpus(self) -> int:

@@ -11,7 +11,14 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from shardmeter.errors import SpecError, spec_error_from_validation
-from shardmeter.spec.hardware import GPU_LOOKUP, LINK_PRESETS, GPUSpec, LinkSpec
+from shardmeter.spec.hardware import (
+    GPU_LOOKUP,
+    LINK_PRESETS,
+    NETWORK_PRESETS,
+    GPUSpec,
+    LinkSpec,
+    NetworkSpec,
+)
 from shardmeter.spec.model import MODEL_PRESETS, TransformerSpec
 from shardmeter.spec.presets import lookup
 
@@ -70,3 +77,15 @@ def gpu_from_arg(value: str, flag: str = "--gpu") -> GPUSpec:
 
 def link_from_arg(value: str, flag: str = "--link") -> LinkSpec:
     return _preset_or_file(value, LINK_PRESETS, LinkSpec, "link", flag)
+
+
+def network_from_arg(value: str, flag: str = "--network") -> NetworkSpec:
+    """A node-network preset, a YAML/JSON file, or an inline JSON object."""
+    text = value.strip()
+    if text.startswith("{"):
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise SpecError(flag, f"invalid inline JSON: {exc.msg}") from exc
+        return validate(NetworkSpec, data, flag)
+    return _preset_or_file(value, NETWORK_PRESETS, NetworkSpec, "network", flag)

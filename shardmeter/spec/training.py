@@ -1,23 +1,108 @@
-"""What to train and how: `TrainingSpec` (sequence, batch, budget, precision, memory knobs)
-and `StrategySpec` (FSDP, DiLoCo, Streaming DiLoCo and their knobs)."""
+"""What to train and how: `TrainingSpec` (sequence, batch, budget, precision, FSDP2 and
+torchtitan options, memory knobs) and `StrategySpec` (FSDP, DiLoCo, Streaming DiLoCo and
+their knobs)."""
 
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import BeforeValidator, Field, model_validator
 
 from shardmeter.spec.base import SpecModel
 
 
 class Precision(StrEnum):
+    """``bf16``: BF16 compute with FP32 master weights; ``fp8``: the same with float8 matmuls
+    (torchao ``Float8Linear``, dynamic tensorwise scaling; H100/H200 only; ``float8`` is
+    accepted); ``fp32``: everything in FP32."""
+
     BF16 = "bf16"
     FP32 = "fp32"
+    FP8 = "fp8"
+
+    @classmethod
+    def _missing_(cls, value: object) -> Precision | None:
+        if isinstance(value, str) and value.strip().lower() in ("float8", "fp8", "float8_e4m3fn"):
+            return cls.FP8
+        if isinstance(value, str) and value.strip().lower() in ("bfloat16", "float32"):
+            return cls.BF16 if value.strip().lower() == "bfloat16" else cls.FP32
+        return None
 
     @property
     def bytes(self) -> int:
-        return 2 if self is Precision.BF16 else 4
+        """Bytes of one element in this precision."""
+        return {Precision.BF16: 2, Precision.FP32: 4, Precision.FP8: 1}[self]
+
+    @property
+    def base(self) -> Precision:
+        """The precision of everything but the float8 matmuls (activations, gathered
+        parameters, coefficients): bf16 for fp8 training."""
+        return Precision.BF16 if self is Precision.FP8 else self
+
+
+class ActivationCheckpointing(StrEnum):
+    """torchtitan's activation-checkpointing modes. ``none``: keep every activation;
+    ``full``: keep each block's input and recompute the block in backward;
+    ``selective-layer``: full checkpointing of every k-th block
+    (``activationCheckpointingEvery``, torchtitan's ``selective_ac_option = "k"``);
+    ``selective-op``: torchtitan's op-level policy — save the outputs of attention and of every
+    other matmul of a block, recompute the remaining matmuls and all element-wise ops."""
+
+    NONE = "none"
+    FULL = "full"
+    SELECTIVE_LAYER = "selective-layer"
+    SELECTIVE_OP = "selective-op"
+
+
+def _ac_from_bool(value: Any) -> Any:
+    """Plan files and custom resources written before the modes existed say
+    ``activationCheckpointing: true`` (= full) or ``false`` (= none); they are still read.
+    The CRD schema lists only the mode names (a string-or-boolean field is not structural),
+    so new manifests use the names; objects already stored keep working."""
+    if isinstance(value, bool):
+        return ActivationCheckpointing.FULL if value else ActivationCheckpointing.NONE
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return _ac_from_bool(value.strip().lower() == "true")
+    return value
+
+
+ACMode = Annotated[
+    ActivationCheckpointing,
+    BeforeValidator(_ac_from_bool, json_schema_input_type=ActivationCheckpointing),
+]
+
+
+class GradientSync(StrEnum):
+    """When FSDP reduce-scatters gradients during gradient accumulation.
+    ``every-micro-batch``: after every micro-batch (FSDP2's default, torchtitan, Composer);
+    sharded gradients accumulate, no unsharded buffer. ``last-micro-batch``:
+    ``set_requires_gradient_sync(False)`` on all but the last micro-batch — one
+    reduce-scatter per step, but every unsharded gradient stays resident (in the reduce dtype)
+    between micro-batches. ``auto``: let the planner pick the faster one that fits."""
+
+    EVERY_MICRO_BATCH = "every-micro-batch"
+    LAST_MICRO_BATCH = "last-micro-batch"
+    AUTO = "auto"
+
+
+class Sharding(StrEnum):
+    """``fsdp``: shard parameters, gradients and optimizer state over the whole island.
+    ``hsdp``: shard inside groups of ``shardGroupNodes`` nodes and replicate across the
+    groups (all-reduce of the sharded gradients between replicas)."""
+
+    FSDP = "fsdp"
+    HSDP = "hsdp"
+
+    @classmethod
+    def _missing_(cls, value: object) -> Sharding | None:
+        if isinstance(value, str):
+            key = value.strip().lower()
+            if key in ("fsdp", "fsdp2", "full_shard", "full-shard"):
+                return cls.FSDP
+            if key in ("hsdp", "hybrid_shard", "hybrid-shard"):
+                return cls.HSDP
+        return None
 
 
 class TrainingSpec(SpecModel):
@@ -42,9 +127,22 @@ class TrainingSpec(SpecModel):
     total_tokens: int = Field(default=10**9, ge=1, le=10**16)
     """Tokens to train on; sets wall-clock time and cost."""
     precision: Precision = Precision.BF16
-    """Compute precision (bf16 with FP32 master weights, or pure fp32)."""
-    activation_checkpointing: bool = False
-    """Recompute each block's activations in the backward pass (full AC)."""
+    """Compute precision: bf16 (FP32 master weights), fp8 (bf16 with float8 matmuls,
+    H100/H200) or fp32."""
+    activation_checkpointing: ACMode = ActivationCheckpointing.NONE
+    """none, full, selective-layer or selective-op (``true``/``false`` still read as
+    full/none)."""
+    activation_checkpointing_every: int = Field(default=2, ge=1, le=1024)
+    """k of selective-layer checkpointing: every k-th block is checkpointed (torchtitan's
+    default is 2)."""
+    gradient_sync: GradientSync = GradientSync.EVERY_MICRO_BATCH
+    """every-micro-batch (FSDP2 default), last-micro-batch, or auto (the planner picks)."""
+    torch_compile: bool = False
+    """The model's blocks are compiled with ``torch.compile`` (fuses element-wise work)."""
+    sharding: Sharding = Sharding.FSDP
+    """fsdp (shard over the island) or hsdp (shard inside node groups, replicate across)."""
+    shard_group_nodes: int = Field(default=1, ge=1, le=4096)
+    """hsdp only: nodes per shard group (it must divide the island's nodes)."""
     master_param_bytes: int = Field(default=4, ge=1, le=8)
     """Bytes per sharded parameter kept between steps."""
     grad_reduce_bytes: int = Field(default=4, ge=1, le=8)
@@ -68,7 +166,15 @@ class TrainingSpec(SpecModel):
 
     @property
     def compute_bytes(self) -> int:
-        return self.precision.bytes
+        """Bytes of an activation or gathered parameter (bf16 for fp8 training too)."""
+        return self.precision.base.bytes
+
+    def shard_group_ranks(self, nodes: int, gpus_per_node: int) -> int:
+        """Ranks one copy of the sharded state is spread over: the island (fsdp) or a group
+        of ``shardGroupNodes`` nodes (hsdp)."""
+        if self.sharding is Sharding.HSDP:
+            return min(self.shard_group_nodes, nodes) * gpus_per_node
+        return nodes * gpus_per_node
 
 
 class StrategyKind(StrEnum):
@@ -115,12 +221,15 @@ class StrategySpec(SpecModel):
     fragment_layout: Literal["contiguous", "strided"] = "contiguous"
     """contiguous: fragment j holds blocks [j·L/P, (j+1)·L/P); strided: blocks j, j+P, …"""
     outer_precision: Precision = Precision.FP32
-    """Precision of the pseudo-gradient all_reduce (torchft sends FP32 unless quantising)."""
+    """Precision of the pseudo-gradient all_reduce (torchft sends FP32 unless quantising;
+    bf16 allowed)."""
     outer_state_on_gpu: bool = False
     """Keep DiLoCo's outer parameter copy and momentum on the GPU (torchft keeps them on CPU)."""
 
     @model_validator(mode="after")
     def _torchft_rules(self) -> StrategySpec:
+        if self.outer_precision is Precision.FP8:
+            raise ValueError("outerPrecision must be bf16 or fp32 (fp8 is a matmul precision)")
         for field in ("sync_every", "fragments"):
             value = getattr(self, field)
             if isinstance(value, int) and value < 1:

@@ -3,7 +3,7 @@
 In-process (same event loop as the test, e.g. with an embedded kopf operator)::
 
     async with running_emulator(crds_dir=REPO / 'crds') as cluster:
-        await cluster.kubectl('apply', '--validate=false', '-f', str(manifest))
+        await cluster.kubectl('apply', '-f', str(manifest))
         obj = await cluster.wait_for(lambda: cluster.get('widgets', 'default', 'w1'))
 
 Black-box (the API server as a subprocess, e.g. for an operator started as a subprocess too)::
@@ -16,9 +16,9 @@ the innermost :func:`running_emulator` (or ``$SHARDMETER_TEST_KUBECONFIG``, or `
 at call time — unlike the ``kubernetes`` client, which caches ``$KUBECONFIG`` at import.
 :func:`embedded_operator` runs ``kopf.operator()`` in the test's loop (standalone, with flags).
 
-kubectl notes: always pass ``--validate=false`` to ``apply`` (there is no OpenAPI); typed
+kubectl notes: ``apply`` validates strictly (the emulator serves ``/openapi/v3``); typed
 ``kubectl create configmap/job/…`` sends protobuf, which is not emulated — use
-``kubectl create … --dry-run=client -o yaml | kubectl apply --validate=false -f -`` instead.
+``kubectl create … --dry-run=client -o yaml | kubectl apply -f -`` instead.
 """
 
 from __future__ import annotations
@@ -203,6 +203,14 @@ class EmulatedCluster:
 
     def set_job_succeeded(self, namespace: str, name: str) -> Body:
         return self.emulator.set_job_succeeded(namespace, name)
+
+    def set_job_running(self, namespace: str, name: str) -> Body:
+        return self.emulator.set_job_running(namespace, name)
+
+    def reject_job_pods(self, namespace: str, name: str, message: str | None = None) -> Body:
+        if message is None:
+            return self.emulator.reject_job_pods(namespace, name)
+        return self.emulator.reject_job_pods(namespace, name, message)
 
     def set_job_failed(
         self,

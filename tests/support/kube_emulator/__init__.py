@@ -29,11 +29,16 @@ API with stricter semantics:
   ``sendInitialEvents`` and send a final BOOKMARK when ``allowWatchBookmarks=true``;
 * a created/updated/deleted CustomResourceDefinition (un)registers its served versions, so they
   appear in discovery and can be used; all served versions share the objects (no conversion);
-  the ``default`` values of the CRD schemas are applied; builtins come from kmock's bundled list.
+  the ``default`` values of the CRD schemas are applied; builtins come from kmock's bundled list;
+* every write is admitted as kube-apiserver admits it (``KubeEmulator._admit``): Kubernetes' own
+  schemas for built-in kinds (kubernetes-validate, strict) and their name rules, label and
+  annotation limits, 3 MiB request bodies; for custom resources pruning of unknown fields,
+  schema defaults, OpenAPI validation and CEL rules (cel-python); structural CRDs only;
+* ``/openapi/v3`` lists the operations, so ``kubectl apply`` validates strictly (server-side).
 
 Requests intercepted by user reactions (``emu['patch', kmock.resource('batch/v1/jobs')] << 500``)
 are answered by kmock's DSL and change no state — handy for fault injection. Not emulated:
-admission, schema validation & pruning, protobuf, field managers, Foreground deletion (treated
+admission webhooks, quotas and PodSecurity (see ``reject_job_pods``), CEL cost limits, protobuf, field managers, Foreground deletion (treated
 as Background), immutable fields, the namespace lifecycle (objects may be created in any
 namespace), ``core/v1`` and ``events.k8s.io/v1`` Events as one resource, ``scale``, ``Table``
 watches (``kubectl get -w``), authentication (any token is accepted).

@@ -40,6 +40,45 @@ class Conveniences:
         except kmock.KubernetesError:
             return None
 
+    def set_job_running(self, namespace: str, name: str) -> Body:
+        """Simulate the Job controller: every pod of the Job is running and ready."""
+        job = self.read(JOBS, namespace, name)
+        pods = int((job.get("spec") or {}).get("parallelism") or 1)
+        status = {**(job.get("status") or {}), "active": pods, "ready": pods}
+        status.setdefault("startTime", now_iso())
+        return self.patch(JOBS, namespace, name, {"status": status}, subresource="status")[1]
+
+    def reject_job_pods(
+        self,
+        namespace: str,
+        name: str,
+        message: str = 'pods "x" is forbidden: exceeded quota: gpu-quota, requested: '
+        "requests.nvidia.com/gpu=8, used: requests.nvidia.com/gpu=0, limited: "
+        "requests.nvidia.com/gpu=4",
+    ) -> Body:
+        """Simulate the Job controller failing to create pods (quota, PodSecurity admission):
+        it posts a Warning ``FailedCreate`` Event on the Job and the Job stays without pods."""
+        job = self.read(JOBS, namespace, name)
+        now = now_iso()
+        event = {
+            "metadata": {"generateName": f"{name}.", "namespace": namespace},
+            "involvedObject": {
+                "apiVersion": "batch/v1",
+                "kind": "Job",
+                "name": name,
+                "namespace": namespace,
+                "uid": job["metadata"]["uid"],
+            },
+            "reason": "FailedCreate",
+            "message": f"Error creating: {message}",
+            "type": "Warning",
+            "source": {"component": "job-controller"},
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        return self.create(kmock.resource("", "v1", "events"), namespace, event)
+
     def set_job_succeeded(self, namespace: str, name: str) -> Body:
         """Simulate the Job controller: mark a batch/v1 Job as complete (via /status)."""
         return self._finish_job(namespace, name, {"succeeded": 1}, {"type": "Complete"})

@@ -4,29 +4,18 @@
 import copy
 import os
 import pathlib
-from collections.abc import Mapping
-from typing import Any
 
 import kmock
 import yaml
 
+from support.kube_emulator import builtins, structural
 from support.kube_emulator.errors import api_error
 from support.kube_emulator.resources import Body
 
 CRD_VERBS = ("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")
 
 
-def apply_schema_defaults(value: Any, schema: Mapping[str, Any]) -> None:
-    """Set the ``default`` values of an OpenAPI v3 schema (as CRDs do), in place."""
-    if isinstance(value, dict):
-        for key, subschema in (schema.get("properties") or {}).items():
-            if key not in value and "default" in subschema:
-                value[key] = copy.deepcopy(subschema["default"])
-            if key in value and key != "metadata":
-                apply_schema_defaults(value[key], subschema)
-    elif isinstance(value, list) and isinstance(schema.get("items"), Mapping):
-        for item in value:
-            apply_schema_defaults(item, schema["items"])
+apply_schema_defaults = structural.apply_defaults  # the name it had before
 
 
 class CRDRegistry:
@@ -53,6 +42,22 @@ class CRDRegistry:
             )
         if len([v for v in spec["versions"] if v.get("storage")]) != 1:
             raise api_error(422, "Invalid", "exactly one version must be the storage version")
+        problems = builtins.schema_errors(crd)
+        for i, version in enumerate(spec["versions"]):
+            schema = (version.get("schema") or {}).get("openAPIV3Schema")
+            if schema is None:
+                problems.append(f"spec.versions[{i}].schema.openAPIV3Schema: Required value")
+            else:
+                where = f"spec.versions[{i}].schema.openAPIV3Schema"
+                problems += structural.structural_problems(schema, where)
+        if problems:
+            name = crd["metadata"]["name"]
+            raise api_error(
+                422,
+                "Invalid",
+                f'CustomResourceDefinition.apiextensions.k8s.io "{name}" is invalid: '
+                + "; ".join(problems),
+            )
 
     def _sync_crd(self, old: Body | None, new: Body | None) -> None:
         """Register the served versions of a CRD as resources; unregister removed ones."""

@@ -15,11 +15,13 @@ from typing import Any
 import attrs
 import kmock
 
+from support.kube_emulator import builtins, structural
 from support.kube_emulator.conveniences import Conveniences
-from support.kube_emulator.crds import CRDRegistry, apply_schema_defaults
+from support.kube_emulator.crds import CRDRegistry
 from support.kube_emulator.discovery import Discovery
 from support.kube_emulator.errors import api_error, not_found, object_error
 from support.kube_emulator.handlers import HttpHandlers
+from support.kube_emulator.openapi import OpenAPI
 from support.kube_emulator.patches import apply_patch, merge_patch
 from support.kube_emulator.resources import (
     CRD,
@@ -47,7 +49,7 @@ SYSTEM_FIELDS = (
 
 @attrs.define(kw_only=True)
 class KubeEmulator(
-    HttpHandlers, Discovery, Watches, CRDRegistry, Conveniences, kmock.KubernetesEmulator
+    HttpHandlers, Discovery, OpenAPI, Watches, CRDRegistry, Conveniences, kmock.KubernetesEmulator
 ):
     """kmock's Kubernetes emulator with real API-server semantics; see the package docstring."""
 
@@ -60,11 +62,12 @@ class KubeEmulator(
     _printer_columns: dict[kmock.resource, list[Body]] = attrs.field(factory=dict, init=False)
     _schemas: dict[kmock.resource, Body] = attrs.field(factory=dict, init=False)
     _custom: set[tuple[str, str]] = attrs.field(factory=set, init=False)  # (group, plural) of CRs
+    warnings: list[str] = attrs.field(factory=list, init=False)  # unknown fields pruned
     failures: list[BaseException] = attrs.field(factory=list, init=False)  # emulator bugs (500s)
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
-        self.fallback[re.compile(r"/openapi/.*")] << api_error(  # kubectl needs --validate=false
+        self.fallback[re.compile(r"/openapi/.*")] << api_error(  # /openapi/v2 (v3: openapi.py)
             404, "NotFound", "OpenAPI is not emulated"
         )
         builtins = kmock.ResourcesArray()
@@ -158,6 +161,7 @@ class KubeEmulator(
         body: Body,
         *,
         dry_run: bool = False,
+        field_validation: str | None = None,
     ) -> Body:
         resource = self.resolve(resource)
         info = self._resources[resource]
@@ -190,7 +194,7 @@ class KubeEmulator(
         obj.update(apiVersion=self._api_version(resource), kind=info.kind)
         if "status" in info.subresources:
             obj.pop("status", None)  # as in Kubernetes: the status cannot be set on creation
-        self._default(resource, obj)
+        self._admit(resource, obj, field_validation)
         if resource == CRD:
             self._validate_crd(obj)
         return obj if dry_run else self._commit(key, "ADDED", obj, None)
@@ -204,6 +208,7 @@ class KubeEmulator(
         *,
         subresource: str | None = None,
         dry_run: bool = False,
+        field_validation: str | None = None,
     ) -> Body:
         """PUT: replace the object (or only its status with ``subresource='status'``)."""
         resource = self.resolve(resource)
@@ -231,12 +236,12 @@ class KubeEmulator(
             if field in old_meta:
                 new["metadata"][field] = old_meta[field]
         new.update(apiVersion=old["apiVersion"], kind=old["kind"])
+        self._admit(resource, new, field_validation)
         ignored = {"metadata", "status"} if "status" in info.subresources else {"metadata"}
         if {k: v for k, v in new.items() if k not in ignored} != {
             k: v for k, v in old.items() if k not in ignored
         }:
             new["metadata"]["generation"] = old_meta.get("generation", 0) + 1
-        self._default(resource, new)
         if new == old:
             return {**old, "apiVersion": self._api_version(resource)}  # a no-op: no rv, no event
         if resource == CRD:
@@ -260,6 +265,7 @@ class KubeEmulator(
         *,
         subresource: str | None = None,
         dry_run: bool = False,
+        field_validation: str | None = None,
     ) -> tuple[int, Body]:
         """PATCH the object; returns the HTTP status (201 if server-side apply created it)."""
         resource = self.resolve(resource)
@@ -270,14 +276,22 @@ class KubeEmulator(
                 raise api_error(400, "BadRequest", "the apply patch must be an object")
             if old is None:
                 body = merge_patch({"metadata": {"name": name}}, patch)
-                return 201, self.create(resource, namespace, body, dry_run=dry_run)
+                return 201, self.create(
+                    resource, namespace, body, dry_run=dry_run, field_validation=field_validation
+                )
             content_type = "application/merge-patch+json"
         if old is None:
             raise not_found(resource, name)
         custom = (resource.group, resource.plural) in self._custom
         new = apply_patch(old, patch, content_type, custom=custom)
         return 200, self.replace(
-            resource, namespace, name, new, subresource=subresource, dry_run=dry_run
+            resource,
+            namespace,
+            name,
+            new,
+            subresource=subresource,
+            dry_run=dry_run,
+            field_validation=field_validation,
         )
 
     def delete(
@@ -361,11 +375,50 @@ class KubeEmulator(
                 with contextlib.suppress(kmock.KubernetesError):  # e.g. its CRD is gone
                     self.delete(res, namespace, name)
 
+    def _admit(
+        self, resource: kmock.resource, obj: Body, field_validation: str | None = None
+    ) -> None:
+        """What kube-apiserver does to every write before storing it: custom resources are
+        pruned of unknown fields (an error with ``fieldValidation=Strict``, else a warning kept
+        in ``self.warnings``), defaulted, and validated against their CRD's schema and CEL
+        rules; built-in objects against Kubernetes' own schema of their kind (strict: an
+        unknown field is an error unless ``fieldValidation=Ignore`` — stricter than the real
+        default, which drops it silently); names, labels and annotations of both by the
+        kind's rules (:mod:`support.kube_emulator.builtins`). Raises 400/422."""
+        schema = self._schemas.get(resource)
+        if schema is not None:
+            dropped = structural.prune(obj, schema)
+            if dropped and field_validation == "Strict":
+                fields = ", ".join(f'unknown field "{d}"' for d in dropped)
+                raise api_error(400, "BadRequest", f"strict decoding error: {fields}")
+            self.warnings += [
+                f"{obj.get('kind')} {obj['metadata'].get('name')}: unknown field {d!r} pruned"
+                for d in dropped
+            ]
+        self._default(resource, obj)
+        if schema is not None:
+            errors = builtins.metadata_errors(obj) + structural.schema_errors(obj, schema)
+        else:
+            errors = builtins.metadata_errors(obj)
+            if field_validation != "Ignore":
+                unknown = [e for e in builtins.schema_errors(obj) if "Additional properties" in e]
+                if unknown:
+                    raise api_error(
+                        400, "BadRequest", "strict decoding error: " + "; ".join(unknown)
+                    )
+            errors += builtins.schema_errors(obj, strict=False)
+        if errors:
+            what = f"{obj.get('kind')}.{resource.group}" if resource.group else str(obj.get("kind"))
+            shown = errors[0] if len(errors) == 1 else "[" + ", ".join(errors) + "]"
+            raise api_error(
+                422, "Invalid", f'{what} "{obj["metadata"].get("name")}" is invalid: {shown}'
+            )
+
     def _default(self, resource: kmock.resource, obj: Body) -> None:
         """Defaults from CRD schemas, fields that a real cluster would set (namespaces, CRDs)."""
         meta = obj["metadata"]
         if resource in self._schemas:
-            apply_schema_defaults(obj, self._schemas[resource])
+            structural.apply_defaults(obj, self._schemas[resource])
         if self._storage(resource) == NAMESPACES:
             meta.setdefault("labels", {})["kubernetes.io/metadata.name"] = meta["name"]
             obj["status"] = {"phase": "Terminating" if meta.get("deletionTimestamp") else "Active"}

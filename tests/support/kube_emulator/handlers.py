@@ -10,6 +10,7 @@ import kmock
 import yaml
 from kmock._internal import apps, enums, parsing, rendering
 
+from support.kube_emulator.builtins import MAX_REQUEST_BODY_BYTES
 from support.kube_emulator.errors import api_error, status_response
 from support.kube_emulator.resources import Body, parse_api_path
 from support.kube_emulator.tables import table
@@ -44,7 +45,9 @@ class HttpHandlers:
             return status_response(api_error(500, "InternalError", repr(e)))
 
     async def _parse_request(self, raw_request: aiohttp.web.BaseRequest) -> kmock.Request:
-        body = await raw_request.read()
+        # Not raw_request.read(): aiohttp caps that at 1 MiB, kube-apiserver at 3 MiB (413 later).
+        body = await raw_request.content.read()
+        raw_request._read_bytes = body  # what aiohttp's read() caches, for later readers
         text = body.decode("utf-8", errors="replace")
         data = None
         if body:
@@ -80,6 +83,8 @@ class HttpHandlers:
         # Discovery and anything non-API goes to kmock's DSL (incl. our overridden _serve_* hooks).
         # So do the API requests intercepted by user reactions. The rest is served by us directly;
         # note: the parent's _handle() is skipped deliberately — it mutates objects kmock-style.
+        if request.url.path.startswith("/openapi/v3"):
+            return await self._serve_openapi(request)
         if (
             request.resource is None
             or request.resource.plural is None
@@ -117,9 +122,12 @@ class HttpHandlers:
                 415,
                 "UnsupportedMediaType",
                 "protobuf is not emulated; send JSON (e.g. kubectl create --dry-run=client "
-                "-o yaml | kubectl apply --validate=false -f -)",
+                "-o yaml | kubectl apply -f -)",
             )
         method, dry_run = request.method.value, "dryRun" in params
+        validation = params.get("fieldValidation")
+        if len(request.body or b"") > MAX_REQUEST_BODY_BYTES:
+            raise api_error(413, "RequestEntityTooLarge", "the request body is larger than 3 MiB")
         data = request.data if isinstance(request.data, dict) else None
         if method in {"POST", "PUT"} and data is None:
             raise api_error(400, "BadRequest", "the request body must be a JSON/YAML object")
@@ -132,10 +140,21 @@ class HttpHandlers:
         elif method == "GET":
             result = self.read(resource, namespace, name)
         elif method == "POST" and name is None:
-            status, result = 201, self.create(resource, namespace, data or {}, dry_run=dry_run)
+            status, result = (
+                201,
+                self.create(
+                    resource, namespace, data or {}, dry_run=dry_run, field_validation=validation
+                ),
+            )
         elif method == "PUT" and name is not None:
             result = self.replace(
-                resource, namespace, name, data or {}, subresource=sub, dry_run=dry_run
+                resource,
+                namespace,
+                name,
+                data or {},
+                subresource=sub,
+                dry_run=dry_run,
+                field_validation=validation,
             )
         elif method == "PATCH" and name is not None:
             content_type = request.headers.get("Content-Type", "").split(";")[0].strip()
@@ -147,6 +166,7 @@ class HttpHandlers:
                 content_type,
                 subresource=sub,
                 dry_run=dry_run,
+                field_validation=validation,
             )
         elif method == "DELETE":
             options = {**(data or {}), **{k: v for k, v in params.items() if k != "dryRun"}}

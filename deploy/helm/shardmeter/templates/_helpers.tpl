@@ -60,3 +60,33 @@ app.kubernetes.io/component: operator
 {{- printf "%s:%s" $image.repository (default $root.Chart.AppVersion $image.tag) }}
 {{- end }}
 {{- end }}
+
+{{/* RBAC rules where TrainingPlans live (shardmeter_operator/permissions.py, scope "workload"). */}}
+{{- define "shardmeter.workloadRules" }}
+  # TrainingPlans (patch: kopf removes finalizers an older version left), their status, and
+  # blockOwnerDeletion on their children
+  - apiGroups: ["shardmeter.io"]
+    resources: ["trainingplans"]
+    verbs: ["get", "list", "watch", "patch"]
+  - apiGroups: ["shardmeter.io"]
+    resources: ["trainingplans/status"]
+    verbs: ["get", "patch"]
+  - apiGroups: ["shardmeter.io"]
+    resources: ["trainingplans/finalizers"]
+    verbs: ["update"]
+  # island and benchmark Jobs: created, followed, deleted by a relaunch; their Services
+  - apiGroups: ["batch"]
+    resources: ["jobs"]
+    verbs: ["get", "list", "watch", "create", "delete"]
+  - apiGroups: [""]
+    resources: ["services"]
+    verbs: ["get", "list", "create", "delete"]
+  # Events: posted on the operator's objects; FailedCreate (pods refused by quota or
+  # PodSecurity) read from the Job controller
+  - apiGroups: [""]
+    resources: ["events"]
+    verbs: ["create", "list", "watch"]
+  - apiGroups: ["events.k8s.io"]
+    resources: ["events"]
+    verbs: ["create"]
+{{- end }}

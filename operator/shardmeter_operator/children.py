@@ -1,0 +1,83 @@
+"""The children of a launched TrainingPlan — every object it creates (island Jobs and their
+Services today; a lighthouse Deployment or a JobSet are more kinds in ``CHILD_KINDS``):
+listing them by the plan's UID label, and creating them with the adoption rule of
+:mod:`shardmeter_operator.launch` (adopt only this plan's current revision; delete and wait
+for a previous revision's; refuse anything else)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from shardmeter_operator.kube import Kube
+from shardmeter_operator.manifests import PLAN_REVISION_LABEL, PLAN_UID_LABEL
+
+Manifest = dict[str, Any]
+CHILD_KINDS: list[tuple[str, str]] = [("batch/v1", "Job"), ("v1", "Service")]
+"""(apiVersion, kind) of everything a launch may create; a new child kind registers here."""
+
+
+async def list_children(kube: Kube, namespace: str, uid: str) -> list[Manifest]:
+    selector = f"{PLAN_UID_LABEL}={uid}"
+    out: list[Manifest] = []
+    for api_version, kind in CHILD_KINDS:
+        out += await kube.list(api_version, kind, namespace, selector)
+    return out
+
+
+@dataclass
+class Ensured:
+    created: list[str] = field(default_factory=list)
+    adopted: list[str] = field(default_factory=list)
+    waiting: list[str] = field(default_factory=list)
+    """Children of a previous revision still being deleted."""
+    conflict: str = ""
+    """Why a name is taken by something this plan does not own (nothing more is created)."""
+
+
+def _labels(obj: Manifest) -> dict[str, str]:
+    return dict((obj.get("metadata") or {}).get("labels") or {})
+
+
+async def ensure_children(
+    kube: Kube,
+    manifests: Sequence[Manifest],
+    existing: Sequence[Manifest],
+    uid: str,
+    revision: str,
+) -> Ensured:
+    """Delete the children of other revisions and wait until they are gone (no new pod
+    starts while old ones hold the GPUs); then create what is missing, in order, stopping at
+    the first conflict."""
+    result = Ensured()
+    for child in existing:
+        labels = _labels(child)
+        if labels.get(PLAN_UID_LABEL) == uid and labels.get(PLAN_REVISION_LABEL) != revision:
+            meta = child["metadata"]
+            if not meta.get("deletionTimestamp"):
+                await kube.delete(
+                    child["apiVersion"], child["kind"], meta["namespace"], meta["name"]
+                )
+            result.waiting.append(f"{child['kind']}/{meta['name']}")
+    if result.waiting:
+        return result
+    for m in manifests:
+        kind, name = m["kind"], m["metadata"]["name"]
+        obj, created = await kube.create(m)
+        if created:
+            result.created.append(f"{kind}/{name}")
+            continue
+        labels = _labels(obj)
+        if labels.get(PLAN_UID_LABEL) == uid and labels.get(PLAN_REVISION_LABEL) == revision:
+            result.adopted.append(f"{kind}/{name}")
+        elif labels.get(PLAN_UID_LABEL) == uid:
+            await kube.delete(m["apiVersion"], kind, m["metadata"]["namespace"], name)
+            result.waiting.append(f"{kind}/{name}")
+        else:
+            result.conflict = (
+                f"{kind.lower()}/{name} already exists and was not created by this launch of the "
+                "TrainingPlan; rename the plan or delete that object"
+            )
+            return result
+    return result

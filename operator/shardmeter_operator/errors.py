@@ -1,0 +1,36 @@
+"""The operator's error types. Conditions take their ``reason`` from the exception's type
+(:func:`reason_for`), never from its message text."""
+
+from __future__ import annotations
+
+from shardmeter.errors import SpecError
+from shardmeter_operator.conditions import Reason
+
+
+class PoolNotFoundError(SpecError):
+    """A TrainingPlan names a GPUPool that does not exist (yet)."""
+
+
+class PoolInvalidError(SpecError):
+    """A TrainingPlan names a GPUPool whose own spec is invalid."""
+
+
+class TemplateError(SpecError):
+    """``spec.template`` cannot be rewritten into island Jobs."""
+
+
+class ChildConflictError(SpecError):
+    """A child's name is taken by an object this plan did not create."""
+
+
+_REASONS: tuple[tuple[type[SpecError], str], ...] = (
+    (PoolNotFoundError, Reason.POOL_NOT_FOUND),
+    (PoolInvalidError, Reason.POOL_INVALID),
+    (TemplateError, Reason.INVALID_TEMPLATE),
+    (ChildConflictError, Reason.NAME_CONFLICT),
+)
+
+
+def reason_for(exc: SpecError) -> str:
+    """The condition reason of a spec error, by its type."""
+    return next((reason for kind, reason in _REASONS if isinstance(exc, kind)), Reason.INVALID_SPEC)

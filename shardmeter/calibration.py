@@ -1,0 +1,265 @@
+"""Published training throughputs as test cases for the model: read a calibration file
+(``shared/calibration/published-throughput.json`` and files of the same schema), turn each
+point into specs, predict it from datasheet priors, and compare.
+
+A point names its model (a preset, an entry of the file's ``models``, or an inline spec), GPU
+(a preset or an inline spec), nodes × GPUs per node, sequence length, micro-batch and
+gradient accumulation, activation checkpointing, precision, ``torch_compile``, sharding and
+the inter-node link (a preset, an entry of the file's ``links`` — per-GPU `LinkSpec`s, one rail
+per GPU — or null for the GPU's usual network), optionally ``power_cap_watts`` and, for HSDP,
+``shard_group_nodes`` (or torchtitan's ``data_parallel_shard_degree`` in GPUs). Models and GPUs
+may be ``{preset: NAME, <overrides>}``. A point this model cannot express (another
+parallelism, an unknown mode) is reported with the reason instead of a prediction.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from shardmeter.cost.model import CostModel
+from shardmeter.errors import ShardMeterError, SpecError, spec_error_from_validation
+from shardmeter.sim.scenario import IslandShape, IslandStepModel
+from shardmeter.spec.hardware import GPU_LOOKUP, LINK_PRESETS, GPUSpec, LinkSpec, PoolSpec
+from shardmeter.spec.model import MODEL_PRESETS, TransformerSpec
+from shardmeter.spec.presets import normalise_name, resolve
+from shardmeter.spec.training import TrainingSpec
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """One published point and what the model predicts for it."""
+
+    id: str
+    setup: str
+    published_tokens_per_s_per_gpu: float
+    predicted_tokens_per_s_per_gpu: float
+    bottleneck: str
+    predicted_mfu: float
+    published_mfu: float | None
+    fits_in_memory: bool
+
+    @property
+    def ratio(self) -> float:
+        return self.predicted_tokens_per_s_per_gpu / self.published_tokens_per_s_per_gpu
+
+    @property
+    def error(self) -> float:
+        return abs(self.ratio - 1.0)
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A point that could not be predicted, and why."""
+
+    id: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Report:
+    predictions: list[Prediction]
+    skipped: list[Skipped]
+
+    @property
+    def median_error(self) -> float:
+        return (
+            statistics.median(p.error for p in self.predictions) if self.predictions else math.nan
+        )
+
+    @property
+    def max_error(self) -> float:
+        return max((p.error for p in self.predictions), default=math.nan)
+
+
+def _lookup(value: Any, presets: Mapping[str, Any], extra: Mapping[str, Any], what: str) -> Any:
+    if isinstance(value, Mapping):
+        # an inline spec, or {preset: NAME, <overrides>}
+        try:
+            return resolve(dict(value), presets, what)
+        except ValueError as exc:
+            raise SpecError(what, str(exc)) from exc
+    if not isinstance(value, str):
+        raise SpecError(what, f"must be a name or an inline spec (got {value!r})")
+    if value in extra:
+        return extra[value]
+    key = normalise_name(value)
+    if key in presets:
+        return presets[key]
+    known = sorted({*presets, *extra})
+    raise SpecError(what, f"unknown {what} {value!r}; known: {', '.join(known)}")
+
+
+_AC = {
+    "none": "none",
+    "no": "none",
+    "false": "none",
+    "full": "full",
+    "true": "full",
+    "selective-layer": "selective-layer",
+    "selective_layer": "selective-layer",
+    "selective-op": "selective-op",
+    "selective_op": "selective-op",
+}
+
+
+def _flag(point: Mapping[str, Any], key: str, default: Any) -> Any:
+    value = point.get(key, default)
+    return default if value is None else value
+
+
+def point_specs(
+    point: Mapping[str, Any], models: Mapping[str, Any], links: Mapping[str, Any]
+) -> tuple[TransformerSpec, TrainingSpec, PoolSpec, int, int, int]:
+    """(model, training, pool, micro_batch, accumulation, nodes) for one point."""
+    other = point.get("other_parallelism")
+    if other not in (None, "", "none", "None"):
+        raise SpecError(
+            "other_parallelism",
+            f"{other!r}: only FSDP/HSDP data parallelism is modelled (no tensor, pipeline or "
+            "context parallelism)",
+        )
+    model_data = _lookup(point.get("model"), MODEL_PRESETS, models, "model")
+    model = (
+        model_data
+        if isinstance(model_data, TransformerSpec)
+        else TransformerSpec.model_validate(model_data)
+    )
+    gpu_data = _lookup(point.get("gpu"), GPU_LOOKUP, {}, "gpu")
+    gpu = gpu_data if isinstance(gpu_data, GPUSpec) else GPUSpec.model_validate(gpu_data)
+    nodes, gpn = int(point["nodes"]), int(point["gpus_per_node"])
+    seq, mb = int(point["seq_len"]), int(point["micro_batch"])
+    accumulation = int(_flag(point, "accumulation", 1))
+    if min(nodes, gpn, seq, mb, accumulation) < 1:
+        raise SpecError("nodes/gpus_per_node/seq_len/micro_batch/accumulation", "must be ≥ 1")
+    ac_raw = str(_flag(point, "activation_checkpointing", "none")).strip().lower()
+    if ac_raw not in _AC:
+        raise SpecError(
+            "activation_checkpointing",
+            f"unknown mode {ac_raw!r}; known: none, full, selective-layer, selective-op",
+        )
+    group_nodes = _flag(point, "shard_group_nodes", None)
+    degree = _flag(point, "data_parallel_shard_degree", None)  # torchtitan's name, in GPUs
+    if group_nodes is None and degree is not None:
+        if int(degree) % gpn:
+            raise SpecError(
+                "data_parallel_shard_degree",
+                f"{degree} is not a whole number of {gpn}-GPU nodes; HSDP is modelled with "
+                "shard groups of whole nodes",
+            )
+        group_nodes = max(1, int(degree) // gpn)
+    link_name = point.get("inter_node_link")
+    inter: LinkSpec | None = None
+    if link_name is not None:
+        raw = _lookup(link_name, LINK_PRESETS, links, "inter_node_link")
+        inter = raw if isinstance(raw, LinkSpec) else LinkSpec.model_validate(raw)
+    training = TrainingSpec.model_validate(
+        {
+            "seq_len_tokens": seq,
+            "global_batch_tokens": seq * mb * accumulation * nodes * gpn,
+            "precision": _flag(point, "precision", "bf16"),
+            "activation_checkpointing": _AC[ac_raw],
+            "torch_compile": bool(_flag(point, "torch_compile", False)),
+            "sharding": _flag(point, "sharding", "fsdp"),
+            "shard_group_nodes": int(group_nodes or 1),
+        }
+    )
+    cap = _flag(point, "power_cap_watts", None)
+    pool = PoolSpec(
+        name="published",
+        gpu=gpu,
+        nodes=nodes,
+        gpus_per_node=gpn,
+        inter_node_link=inter,
+        power_cap_watts=float(cap) if cap is not None else None,
+    )
+    return model, training, pool, mb, accumulation, nodes
+
+
+def _setup(
+    point: Mapping[str, Any], model: TransformerSpec, training: TrainingSpec, pool: PoolSpec
+) -> str:
+    extras = [training.activation_checkpointing.value]
+    if training.precision.value != "bf16":
+        extras.append(training.precision.value)
+    if training.torch_compile:
+        extras.append("compile")
+    if training.sharding.value != "fsdp":
+        extras.append(training.sharding.value)
+    if pool.power_cap_watts is not None:
+        extras.append(f"{pool.power_cap_watts:g} W")
+    return (
+        f"{model.name} {point['nodes']}×{point['gpus_per_node']} "
+        f"{point['gpu'] if isinstance(point['gpu'], str) else pool.gpu.name} "
+        f"s{training.seq_len_tokens} b{point['micro_batch']}×{_flag(point, 'accumulation', 1)} "
+        + " ".join(extras)
+    )
+
+
+def predict_point(
+    point: Mapping[str, Any], models: Mapping[str, Any], links: Mapping[str, Any]
+) -> Prediction:
+    model, training, pool, mb, accumulation, nodes = point_specs(point, models, links)
+    cm = CostModel(model, training, pool)
+    shape = IslandShape(nodes, pool.gpus_per_node)
+    step = IslandStepModel(cm, shape, mb)
+    seconds = step.step_s(accumulation)
+    tokens = accumulation * mb * training.seq_len_tokens
+    published = float(point["published_tokens_per_s_per_gpu"])
+    if not published > 0:
+        raise SpecError("published_tokens_per_s_per_gpu", f"must be > 0 (got {published!r})")
+    mfu = point.get("published_mfu")
+    return Prediction(
+        id=str(point.get("id", "?")),
+        setup=_setup(point, model, training, pool),
+        published_tokens_per_s_per_gpu=published,
+        predicted_tokens_per_s_per_gpu=tokens / seconds,
+        bottleneck=step.simulate(accumulation).verdict,
+        predicted_mfu=step.mfu(accumulation),
+        published_mfu=float(mfu) if isinstance(mfu, int | float) else None,
+        fits_in_memory=step.fits(accumulation),
+    )
+
+
+def evaluate(document: Mapping[str, Any]) -> Report:
+    """Predict every point of a calibration document."""
+    models = document.get("models") or {}
+    links = document.get("links") or {}
+    points = document.get("points")
+    if not isinstance(points, list):
+        raise SpecError("points", "must be a list of published points")
+    predictions: list[Prediction] = []
+    skipped: list[Skipped] = []
+    for idx, point in enumerate(points):
+        pid = str(point.get("id", f"points[{idx}]")) if isinstance(point, Mapping) else str(idx)
+        if not isinstance(point, Mapping):
+            skipped.append(Skipped(pid, "not a mapping"))
+            continue
+        try:
+            predictions.append(predict_point(point, models, links))
+        except ValidationError as exc:
+            skipped.append(Skipped(pid, str(spec_error_from_validation(exc, pid))))
+        except ShardMeterError as exc:
+            skipped.append(Skipped(pid, str(exc)))
+        except (KeyError, TypeError, ValueError) as exc:
+            skipped.append(Skipped(pid, f"cannot read the point ({type(exc).__name__}: {exc})"))
+    return Report(predictions, skipped)
+
+
+def read(path: str | Path) -> Report:
+    try:
+        document = json.loads(Path(path).read_text())
+    except OSError as exc:
+        raise SpecError(str(path), f"cannot read file ({exc.strerror})") from exc
+    except json.JSONDecodeError as exc:
+        raise SpecError(str(path), f"invalid JSON: {exc.msg} at line {exc.lineno}") from exc
+    if not isinstance(document, Mapping):
+        raise SpecError(str(path), "must be a JSON object with a 'points' list")
+    return evaluate(document)

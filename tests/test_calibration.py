@@ -1,0 +1,142 @@
+"""The published-throughput reader behind benchmarks/bench_published.py: the shared file's
+schema reads in full, and values the model cannot express are reported per point."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from shardmeter.calibration import evaluate, point_specs
+from shardmeter.spec.training import ActivationCheckpointing, Precision, Sharding
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = next(
+    (
+        p / "shared" / "calibration" / "published-throughput.json"
+        for p in (REPO.parent, REPO.parent.parent)
+        if (p / "shared" / "calibration" / "published-throughput.json").exists()
+    ),
+    None,
+)
+
+
+def point(**over: Any) -> dict[str, Any]:
+    base = {
+        "id": "p",
+        "model": "llama-3.1-8b",
+        "gpu": "h100",
+        "nodes": 2,
+        "gpus_per_node": 8,
+        "seq_len": 4096,
+        "micro_batch": 1,
+        "accumulation": 1,
+        "activation_checkpointing": "selective-op",
+        "precision": "bf16",
+        "torch_compile": False,
+        "sharding": "FSDP",
+        "inter_node_link": None,
+        "other_parallelism": None,
+        "published_tokens_per_s_per_gpu": 5000,
+    }
+    return {**base, **over}
+
+
+@pytest.mark.skipif(SHARED is None, reason="shared/calibration not beside this checkout")
+def test_every_point_of_the_shared_file_is_predicted() -> None:
+    assert SHARED is not None
+    report = evaluate(json.loads(SHARED.read_text()))
+    assert report.skipped == [] and len(report.predictions) == 18
+    assert all(
+        p.predicted_tokens_per_s_per_gpu > 0 and 0 < p.predicted_mfu < 1 for p in report.predictions
+    )
+
+
+def test_file_schema_values_map_onto_the_specs() -> None:
+    links = {
+        "node-400g-per8": {
+            "name": "node-400g-per8",
+            "kind": "ethernet",
+            "latency_s": 1e-5,
+            "bandwidth_bytes_per_s": 6.25e9,
+        }
+    }
+    models = {"tiny": {"name": "Tiny", "hidden_size": 1024, "num_layers": 4,
+                       "num_attention_heads": 8, "intermediate_size": 4096,
+                       "vocab_size": 32000}}  # fmt: skip
+    model, training, pool, mb, acc, nodes = point_specs(
+        point(
+            model="tiny",
+            precision="float8",
+            torch_compile=True,
+            sharding="HSDP",
+            inter_node_link="node-400g-per8",
+            accumulation=3,
+        ),
+        models,
+        links,
+    )
+    assert model.name == "Tiny" and (mb, acc, nodes) == (1, 3, 2)
+    assert training.precision is Precision.FP8 and training.torch_compile
+    assert training.sharding is Sharding.HSDP
+    assert training.activation_checkpointing is ActivationCheckpointing.SELECTIVE_OP
+    # a per-GPU link = one rail per GPU: 8 × 50 Gbit/s = 400 Gbit/s per node
+    assert pool.node_network.node_bandwidth_bytes_per_s == pytest.approx(50e9)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"activation_checkpointing": "sometimes"}, "activation_checkpointing: unknown mode"),
+        ({"precision": "int4"}, "precision"),
+        ({"gpu": "a100", "precision": "fp8"}, "training.precision"),
+        ({"other_parallelism": "TP2"}, "other_parallelism"),
+        ({"model": "gpt-5"}, "unknown model"),
+        ({"inter_node_link": "ib-xdr"}, "unknown inter_node_link"),
+        ({"sharding": "ZeRO-1"}, "sharding"),
+        ({"micro_batch": 0}, "must be ≥ 1"),
+    ],
+)
+def test_unknown_values_are_reported_per_point(change: dict[str, Any], message: str) -> None:
+    report = evaluate({"points": [point(), point(id="bad", **change)]})
+    assert len(report.predictions) == 1
+    assert [s.id for s in report.skipped] == ["bad"] and message in report.skipped[0].reason
+
+
+def test_bench_script_reads_a_file_and_fails_cleanly_on_a_missing_one(tmp_path: Path) -> None:
+    path = tmp_path / "points.json"
+    path.write_text(json.dumps({"points": [point()]}))
+    script = REPO / "benchmarks" / "bench_published.py"
+    ok = subprocess.run(
+        [sys.executable, str(script), "--file", str(path), "--json"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads(ok.stdout)["points"][0]["id"] == "p"
+    missing = subprocess.run(
+        [sys.executable, str(script), "--file", str(tmp_path / "nope.json")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert missing.returncode == 2 and len(missing.stderr.strip().splitlines()) == 1
+
+
+def test_gpu_overrides_and_power_cap_describe_the_hardware_as_it_ran() -> None:
+    # e.g. torchtitan's H100 hosts: 96 GB HBM2e at 2.4 TB/s, run at a 500 W power limit
+    gpu = {"preset": "h100", "name": "H100-96GB-HBM2e", "hbmBandwidthBytesPerS": "2.4 TB/s"}
+    _, _, pool, *_ = point_specs(point(gpu=gpu, power_cap_watts=500), {}, {})
+    assert pool.gpu.hbm_bandwidth_bytes_per_s == pytest.approx(2.4e12)
+    assert pool.gpu.peak_bf16_flop_per_s == pytest.approx(989.4e12)
+    assert pool.power_cap_watts == 500
+    report = evaluate(
+        {"points": [point(gpu=gpu, power_cap_watts=500), point(id="full-power", gpu=gpu)]}
+    )
+    capped, full = report.predictions
+    assert capped.predicted_tokens_per_s_per_gpu < full.predicted_tokens_per_s_per_gpu
