@@ -148,8 +148,8 @@ class RelativeNNLSRegressor(RegressorMixin, BaseEstimator):  # type: ignore[misc
     ) -> tuple[list[int], float]:
         """The required columns plus a subset of the others: the smallest subset whose CV
         MAPE is within one standard error (over folds) — and at least ``tol`` — of the best
-        subset's (the one-standard-error rule: a gain inside the noise buys no feature, so
-        repeated runs select the same features). Every subset is tried up to
+        subset's, ties going to the earlier candidates (the one-standard-error rule: a gain
+        inside the noise buys no feature, so repeated runs select the same features). Every subset is tried up to
         `EXHAUSTIVE_MAX` optional columns (greedy forward selection stops early when two
         features only help together), forward selection beyond."""
         optional = [j for j in range(X.shape[1]) if j not in required]
@@ -162,8 +162,11 @@ class RelativeNNLSRegressor(RegressorMixin, BaseEstimator):  # type: ignore[misc
                 scored.append((*self._cv_errors(X, y, cols, splits, lower), cols))
         best, best_se, _ = min(scored, key=lambda t: t[0])
         limit = best + max(best_se, self.tol * best) + SELECTION_ABS_TOL
-        within = [(len(cols), score, cols) for score, _, cols in scored if score <= limit]
-        _, score, cols = min(within)
+        # Inside the band the scores are indistinguishable: the fewest columns, then the
+        # earliest in the candidate order — never the noisy score — decide, so the same
+        # subset wins run after run until another one truly leaves the band.
+        within = [(len(cols), cols, score) for score, _, cols in scored if score <= limit]
+        _, cols, score = min(within)
         return cols, score
 
     def _forward(
