@@ -148,11 +148,13 @@ def test_two_node_torchrun_launch_as_the_operator_starts_it(tmp_path: Path) -> N
 def test_validate_quick_run_measures_unseen_architectures_between_catalog_shapes(
     tmp_path: Path,
 ) -> None:
-    """``validate --scale small``: the unseen Llama models are measured between the catalog's
-    shapes (the events say so, in that order), none of them is a catalog architecture, and the
-    report carries every (model, size) point with its median and maximum error."""
+    """``validate --scale small``: every validation model (the unseen Llama architectures,
+    then the presets) is measured twice between the catalog's shapes — the events say so, in
+    that order — none of them is a catalog architecture, and the report carries every
+    (model, size) point with its median and maximum error."""
     from shardmeter_bench.catalog import architecture_key
     from shardmeter_bench.unseen import unseen_cases
+    from shardmeter_bench.validate import validation_cases
 
     run = _run(
         "-m", "shardmeter_bench", "validate", "--device", "cpu", "--scale", "small",
@@ -163,21 +165,24 @@ def test_validate_quick_run_measures_unseen_architectures_between_catalog_shapes
     assert run.returncode == 0, run.stderr[-3000:]
     events = [json.loads(line) for line in run.stderr.splitlines() if line.startswith("{")]
     order = [e["event"] for e in events if e["event"] in ("shape_done", "model_validated")]
-    cases = unseen_cases("small")
-    # 6 shapes, 3 models: one model after every second shape, before the fit
-    assert order[:9] == ["shape_done", "shape_done", "model_validated"] * 3
+    unseen = unseen_cases("small")
+    cases = unseen + validation_cases("small", "cpu")
+    # 6 shapes, 6 models × 2 passes: two models after every shape, all before the fit
+    assert order == ["shape_done", "model_validated", "model_validated"] * 6
     names = [e["model"] for e in events if e["event"] == "model_validated"]
-    assert names[:3] == [c.key for c in cases]
+    assert names == [c.key for c in cases] * 2
 
     report = json.loads((tmp_path / "report" / "validation.json").read_text())
-    assert report["meta"]["interleaved"] is True
-    unseen = report["unseen"]
-    assert [(p["model"], p["micro_batch"], p["seq_len"]) for p in unseen["points"]] == [
-        (c.key, b, s) for c in cases for b, s in c.sizes
+    assert report["meta"]["interleaved"] is True and report["meta"]["passes"] == 2
+    points = report["unseen"]["points"]
+    assert [(p["model"], p["micro_batch"], p["seq_len"]) for p in points] == [
+        (c.key, b, s) for c in unseen for b, s in c.sizes
     ]
-    errors = [p["fwd_error"] for p in unseen["points"]]
-    assert unseen["fwd_max"] == max(errors) and min(errors) <= unseen["fwd_median"]
-    assert all(p["fwd_measured_s"] > 0 and p["bwd_measured_s"] > 0 for p in unseen["points"])
+    errors = [p["fwd_error"] for p in points]
+    assert report["unseen"]["fwd_max"] == max(errors)
+    assert min(errors) <= report["unseen"]["fwd_median"]
+    assert all(p["fwd_measured_s"] > 0 and p["bwd_measured_s"] > 0 for p in points)
+    assert [m["key"] for m in report["models"]] == [c.key for c in validation_cases("small", "cpu")]
     doc = CoefficientsDocument.read(tmp_path / "c.json")
     seen = {architecture_key(TransformerSpec.model_validate(s.model)) for s in doc.samples.compute}
     assert not seen & {architecture_key(c.spec) for c in cases}

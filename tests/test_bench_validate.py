@@ -39,6 +39,7 @@ from shardmeter_bench.validate import (
     cost_model,
     fsdp_cases,
     measure_forward_backward,
+    merge_passes,
     predict_forward_backward,
     predict_step,
     validation_cases,
@@ -145,6 +146,23 @@ def test_interleaving_spreads_every_case_over_the_catalog_once(shapes: int, case
     gaps = [b - a for a, b in zip([-1, *after], after, strict=False)]
     if cases <= shapes:
         assert max(gaps) - min(gaps) <= 1  # evenly spread
+    else:
+        per_shape = [len(schedule.get(k, [])) for k in range(shapes)]
+        assert max(per_shape) - min(per_shape) <= 1  # as many after every shape
+
+
+def test_passes_pool_their_timed_iterations() -> None:
+    first = [
+        {"key": "a", "micro_batch": 1, "seq_len": 8, "fwd": 2.0, "bwd": 4.0,
+         "fwd_all": [1.0, 2.0, 3.0], "bwd_all": [4.0, 4.0, 4.0]},
+        {"key": "b", "micro_batch": 1, "seq_len": 8, "fwd": 1.0, "bwd": 1.0,
+         "fwd_all": [1.0], "bwd_all": [1.0]},
+    ]  # fmt: skip
+    second = [{**first[0], "fwd_all": [10.0, 11.0, 12.0], "bwd_all": [5.0, 5.0, 5.0]}]
+    merged = merge_passes(first + second)
+    assert [(m["key"], m["passes"]) for m in merged] == [("a", 2), ("b", 1)]
+    assert merged[0]["fwd"] == 6.5 and merged[0]["bwd"] == 4.5  # medians of all six
+    assert merged[0]["fwd_all"] == [1.0, 2.0, 3.0, 10.0, 11.0, 12.0]
 
 
 def test_predictions_are_the_cost_models_unit_sums() -> None:

@@ -57,7 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
         default="full",
         help="shape range: full = the paper's Table I, small = a quick CPU range",
     )
-    g.add_argument("--configs", type=int, help="catalog shapes (default 200 GPU, 16 CPU, 12 small)")
+    g.add_argument("--configs", type=int, help="catalog shapes (default 200 GPU, 24 CPU, 12 small)")
     g.add_argument("--repeats", type=int, default=5, help="profiled iterations per shape (≥ 3)")
     g.add_argument("--seed", type=int, default=0, help="catalog and weights seed")
     g.add_argument(

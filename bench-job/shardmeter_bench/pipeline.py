@@ -11,6 +11,7 @@ and the distributed phases spawn ``--ranks`` local ranks.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import platform
 import time
@@ -116,16 +117,41 @@ class RunResult:
     report: dict[str, Any] | None = None
 
 
+VALIDATION_PASSES = 2
+"""Each validation model is measured this many times, at different points of the catalog,
+its timed iterations pooled: a host's page-fault cost moves with its free memory over
+minutes (one pass once timed a model's backward 17 % fast), and two passes rarely both
+land in the same state."""
+
+
 @dataclass
 class Interleaved:
-    """Unseen validation models measured between catalog shapes (``validate``): the cases
-    this rank measures and the rows measured so far."""
+    """Validation models measured between catalog shapes (``validate``): the cases this rank
+    measures, each ``passes`` times, and the rows measured so far."""
 
     cases: list[ValidationCase]
     left_out: list[str] = field(default_factory=list)
     """Why models were not measured (the memory budget)."""
+    passes: int = VALIDATION_PASSES
     rows: list[dict[str, Any]] = field(default_factory=list)
     measured: bool = False
+
+    def repeats_per_pass(self, repeats: int) -> int:
+        """Timed iterations of one pass: the run's ``--repeats`` shared out, at least 3."""
+        return max(3, math.ceil(repeats / self.passes))
+
+    def measure_all(self, device: torch.device, cfg: RunConfig) -> None:
+        """Every pass now, one after the other (no catalog to interleave with)."""
+        for j in range(self.passes * len(self.cases)):
+            self.measure(j, device, cfg)
+        self.measured = True
+
+    def measure(self, j: int, device: torch.device, cfg: RunConfig) -> None:
+        """Item ``j`` of the schedule: pass ``j // len(cases)`` of case ``j % len(cases)``."""
+        case = self.cases[j % len(self.cases)]
+        self.rows += measure_case(
+            case, device, cfg.dtype, self.repeats_per_pass(cfg.repeats), cfg.seed
+        )
 
 
 def load_average() -> float | None:
@@ -172,13 +198,15 @@ def _profile(
     mine = shapes[ctx.rank :: ctx.world_size] if ctx.launched else shapes
     log.info("compute_started", shapes=len(mine), of=len(shapes), scale=scale.name)
     after_shape = None
-    if truth is not None:
-        schedule = interleave_schedule(len(mine), len(truth.cases))
+    if truth is not None and truth.cases:
+        schedule = interleave_schedule(len(mine), truth.passes * len(truth.cases))
 
         def after_shape(k: int) -> None:
             for j in schedule.get(k, []):
-                truth.rows += measure_case(truth.cases[j], device, cfg.dtype, cfg.repeats, cfg.seed)
+                truth.measure(j, device, cfg)
 
+        if not mine:
+            truth.measure_all(device, cfg)
         truth.measured = True
     part = profile_catalog(mine, scale, device, cfg.dtype, cfg.repeats, cfg.seed, after_shape)
     parts = distributed.gather_to_main(part, ctx) or []
@@ -272,7 +300,7 @@ def run(cfg: RunConfig, ctx: DistContext) -> RunResult:
         result = RunResult()
         truth = None
         if cfg.mode == "validate":
-            truth = unseen_share(cfg, ctx)
+            truth = validation_share(cfg, ctx)
         if cfg.measures:
             compute = _profile(cfg, ctx, device, truth) if cfg.mode != "comm" else ComputeResult()
             comm = _comm(cfg, ctx, notes) if cfg.mode != "compute" else []
@@ -307,10 +335,13 @@ def run(cfg: RunConfig, ctx: DistContext) -> RunResult:
             distributed.shutdown(synchronise=True, destroy=not cfg.exits_after)
 
 
-def unseen_share(cfg: RunConfig, ctx: DistContext) -> Interleaved:
-    """This rank's share of the unseen models that fit the memory budget."""
+def validation_share(cfg: RunConfig, ctx: DistContext) -> Interleaved:
+    """This rank's share of the validation models (the unseen architectures, then the
+    presets) that fit the memory budget."""
     cases, left_out = within_budget(
-        unseen_cases(cfg.scale), cfg.max_process_bytes, cfg.element_bytes
+        unseen_cases(cfg.scale) + validation_cases(cfg.scale, cfg.device_type),
+        cfg.max_process_bytes,
+        cfg.element_bytes,
     )
     return Interleaved(cases[ctx.rank :: ctx.world_size] if ctx.launched else cases, left_out)
 

@@ -1,5 +1,5 @@
 """The ``validate`` phase of a run: Hugging Face models on this rank (split across ranks
-under a launcher; the unseen ones already measured when they were interleaved with the
+under a launcher; already measured, in two passes, when they were interleaved with the
 catalog), then FSDP2 steps and collectives on all ranks, then — on rank 0 — the
 predictions and the report."""
 
@@ -19,8 +19,8 @@ from shardmeter_bench.pipeline import (
     Interleaved,
     RunConfig,
     comm_ranks,
-    unseen_share,
     validation_comm_plan,
+    validation_share,
 )
 from shardmeter_bench.report import build_report
 from shardmeter_bench.unseen import unseen_cases
@@ -28,10 +28,9 @@ from shardmeter_bench.validate import (
     ModelResult,
     attach_predictions,
     fsdp_cases,
-    measure_models,
+    merge_passes,
     predict_step,
     validation_cases,
-    within_budget,
 )
 
 log = get_logger(__name__)
@@ -45,23 +44,16 @@ def run_validation(
     meta: dict[str, Any],
     truth: Interleaved | None = None,
 ) -> dict[str, Any] | None:
-    presets, left_out = within_budget(
-        validation_cases(cfg.scale, cfg.device_type), cfg.max_process_bytes, cfg.element_bytes
-    )
-    truth = truth or unseen_share(cfg, ctx)
-    mine = presets[ctx.rank :: ctx.world_size] if ctx.launched else presets
-    log.info("validation_started", models=len(mine) + len(truth.cases))
-    rows = (
-        truth.rows
-        if truth.measured
-        else measure_models(truth.cases, device, cfg.dtype, cfg.repeats, cfg.seed)
-    )
-    rows = rows + measure_models(mine, device, cfg.dtype, cfg.repeats, cfg.seed)
-    gathered = distributed.gather_to_main(rows, ctx) or []
-    all_rows = [r for part in gathered for r in part]
-    cases = presets + unseen_cases(cfg.scale)
-    meta["left_out"] = left_out + truth.left_out
+    truth = truth or validation_share(cfg, ctx)
+    log.info("validation_started", models=len(truth.cases), interleaved=truth.measured)
+    if not truth.measured:
+        truth.measure_all(device, cfg)
+    gathered = distributed.gather_to_main(truth.rows, ctx) or []
+    all_rows = merge_passes([r for part in gathered for r in part])
+    cases = unseen_cases(cfg.scale) + validation_cases(cfg.scale, cfg.device_type)
+    meta["left_out"] = truth.left_out
     meta["interleaved"] = truth.measured
+    meta["passes"] = truth.passes
 
     steps: list[dict[str, Any]] = []
     collectives = []

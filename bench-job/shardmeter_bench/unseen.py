@@ -1,8 +1,10 @@
 """The headline accuracy check of ``validate``: Hugging Face ``LlamaForCausalLM`` models of
 eight architectures the fit never saw (hidden 448–2048; multi-head, grouped-query and
 multi-query attention; vocabularies 32 K–152 K, tied and untied), measured in the same
-process as the catalog and *interleaved with it* — one model after every few catalog
-shapes — so a host whose speed drifts over minutes drifts for the fit and the truth alike.
+process as the catalog and *interleaved with it* — a model after every few catalog shapes,
+each model twice, in the first and in the second half of the catalog, its timed iterations
+pooled (`pipeline.VALIDATION_PASSES`) — so a host whose speed drifts over minutes drifts for
+the fit and the truth alike.
 
 Each model is built at 2–4 layers and timed at two sizes; the error of each (model, size)
 point counts, and the report gives the median and the maximum over the points for forward
@@ -81,6 +83,6 @@ def interleave_schedule(catalog_shapes: int, cases: int) -> dict[int, list[int]]
         return {-1: list(range(cases))} if cases else {}
     schedule: dict[int, list[int]] = {}
     for j in range(cases):
-        after = ((j + 1) * catalog_shapes) // cases - 1
-        schedule.setdefault(max(after, 0), []).append(j)
+        after = -(-(j + 1) * catalog_shapes // cases) - 1  # ⌈(j+1)·shapes/cases⌉ − 1
+        schedule.setdefault(after, []).append(j)
     return schedule

@@ -154,7 +154,7 @@ def fsdp_cases(scale: str, device_type: str) -> list[FsdpCase]:
     ]
 
 
-def measure_forward_backward(
+def time_forward_backward(
     model: torch.nn.Module,
     micro_batch: int,
     seq_len: int,
@@ -162,8 +162,8 @@ def measure_forward_backward(
     repeats: int,
     warmup: int = 2,
     seed: int = 0,
-) -> tuple[float, float]:
-    """Median seconds of ``model(ids, labels=ids)`` and of ``loss.backward()`` after
+) -> tuple[list[float], list[float]]:
+    """Seconds of every timed ``model(ids, labels=ids)`` and ``loss.backward()`` after
     ``warmup`` iterations, on the clock the fit is measured with (`device.compute_clock`);
     on a CPU a fast model gets more iterations, as the catalog does (`device.timed_repeats`)."""
     device = next(model.parameters()).device
@@ -188,6 +188,22 @@ def measure_forward_backward(
         elif k == warmup - 1 and device.type == "cpu":
             total = warmup + timed_repeats(repeats, t2 - t0)  # as the catalog is timed
         k += 1
+    return forward, backward
+
+
+def measure_forward_backward(
+    model: torch.nn.Module,
+    micro_batch: int,
+    seq_len: int,
+    vocab: int,
+    repeats: int,
+    warmup: int = 2,
+    seed: int = 0,
+) -> tuple[float, float]:
+    """Median seconds of the forward and of the backward (`time_forward_backward`)."""
+    forward, backward = time_forward_backward(
+        model, micro_batch, seq_len, vocab, repeats, warmup, seed
+    )
     return statistics.median(forward), statistics.median(backward)
 
 
@@ -259,16 +275,27 @@ def describe(spec: TransformerSpec) -> str:
 def measure_case(
     case: ValidationCase, device: torch.device, dtype: torch.dtype, repeats: int, seed: int
 ) -> list[dict[str, Any]]:
-    """Measured forward/backward seconds of one case at each of its sizes."""
+    """Measured forward/backward seconds of one case at each of its sizes: every timed
+    iteration (``fwd_all``, ``bwd_all``) and their medians (``fwd``, ``bwd``)."""
     started = time.perf_counter()
     model = build_hf_model(case.spec, case.layers, device, dtype, seed)
     rows: list[dict[str, Any]] = []
     try:
         for b, s in case.sizes:
-            fwd, bwd = measure_forward_backward(
+            fwd, bwd = time_forward_backward(
                 model, b, s, case.spec.vocab_size, repeats, seed=seed + b
             )
-            rows.append({"key": case.key, "micro_batch": b, "seq_len": s, "fwd": fwd, "bwd": bwd})
+            rows.append(
+                {
+                    "key": case.key,
+                    "micro_batch": b,
+                    "seq_len": s,
+                    "fwd": statistics.median(fwd),
+                    "bwd": statistics.median(bwd),
+                    "fwd_all": fwd,
+                    "bwd_all": bwd,
+                }
+            )
     finally:
         del model
         release_memory(device)
@@ -279,6 +306,23 @@ def measure_case(
         peak_rss_gib=round(peak_rss_bytes() / 2**30, 2),
     )
     return rows
+
+
+def merge_passes(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per (model, size): the medians over the timed iterations of every pass that
+    measured it (``passes`` says how many), in first-measured order."""
+    merged: dict[tuple[str, int, int], dict[str, Any]] = {}
+    for row in rows:
+        key = (row["key"], row["micro_batch"], row["seq_len"])
+        if key not in merged:
+            merged[key] = {**row, "fwd_all": [], "bwd_all": [], "passes": 0}
+        out = merged[key]
+        out["fwd_all"] = out["fwd_all"] + list(row.get("fwd_all", [row["fwd"]]))
+        out["bwd_all"] = out["bwd_all"] + list(row.get("bwd_all", [row["bwd"]]))
+        out["passes"] += 1
+        out["fwd"] = statistics.median(out["fwd_all"])
+        out["bwd"] = statistics.median(out["bwd_all"])
+    return list(merged.values())
 
 
 def measure_models(
