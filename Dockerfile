@@ -6,8 +6,11 @@
 # entrypoints) and lints it with hadolint.
 
 # Pinned bases (never `latest`). The bench base is a CUDA build of PyTorch: its torch is kept.
+# torchtitan 0.3.0 needs torch >= 2.11 (its torch_checkpointing dependency says so).
 ARG PYTHON_IMAGE=python:3.11.11-slim-bookworm
-ARG TORCH_IMAGE=pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime
+ARG TORCH_IMAGE=pytorch/pytorch:2.11.0-cuda12.8-cudnn9-runtime
+# The islands' trainer; the Makefile pins the same version (tests parse flags with it).
+ARG TORCHTITAN_VERSION=0.3.0
 
 # ---- builder: the project's wheel (pure Python: shardmeter, shardmeter_operator, shardmeter_bench)
 FROM ${PYTHON_IMAGE} AS builder
@@ -50,8 +53,12 @@ USER 10001:10001
 EXPOSE 9090 8080
 ENTRYPOINT ["python", "-m", "shardmeter_operator"]
 
-# ---- bench: CUDA PyTorch base; the `bench` extra is installed around the image's own torch
+# ---- bench: CUDA PyTorch base; the `bench` extra (torchft) and torchtitan are installed
+# around the image's own torch. The image runs the benchmark Job, the islands of a launched
+# plan (torchrun -m torchtitan.train --module shardmeter_torchtitan …) and their torchft
+# lighthouse (torchft_lighthouse).
 FROM ${TORCH_IMAGE} AS bench
+ARG TORCHTITAN_VERSION
 ENV PYTHONSAFEPATH=1 \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
@@ -67,11 +74,13 @@ RUN set -eux; \
     torch_before="$(python -c 'import torch; print(torch.__version__)')"; \
     echo "torch==${torch_before}" > /tmp/torch-constraint.txt; \
     wheel="$(ls /wheels/shardmeter-*.whl)"; \
-    pip install --no-cache-dir --constraint /tmp/torch-constraint.txt "${wheel}[bench]"; \
+    pip install --no-cache-dir --constraint /tmp/torch-constraint.txt "${wheel}[bench]" \
+        "torchtitan==${TORCHTITAN_VERSION}"; \
     rm -rf /wheels /tmp/torch-constraint.txt; \
     test "$(python -c 'import torch; print(torch.__version__)')" = "${torch_before}"; \
     python -c "import torch; assert torch.version.cuda, 'the bench image needs a CUDA build of torch'"; \
-    python -c "import shardmeter_bench"; \
+    python -c "import shardmeter_bench, torchft, shardmeter_torchtitan.config_registry"; \
+    torchft_lighthouse --help > /dev/null; \
     groupadd --system --gid 10001 shardmeter; \
     useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent \
         --shell /usr/sbin/nologin shardmeter

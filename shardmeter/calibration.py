@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,7 +27,16 @@ from pydantic import ValidationError
 from shardmeter.cost.model import CostModel
 from shardmeter.errors import ShardMeterError, SpecError, spec_error_from_validation
 from shardmeter.sim.scenario import IslandShape, IslandStepModel
-from shardmeter.spec.hardware import GPU_LOOKUP, LINK_PRESETS, GPUSpec, LinkSpec, PoolSpec
+from shardmeter.spec.hardware import (
+    GPU_ALIASES,
+    GPU_LOOKUP,
+    LINK_PRESETS,
+    NETWORK_PRESETS,
+    GPUSpec,
+    LinkSpec,
+    NetworkSpec,
+    PoolSpec,
+)
 from shardmeter.spec.model import MODEL_PRESETS, TransformerSpec
 from shardmeter.spec.presets import normalise_name, resolve
 from shardmeter.spec.training import TrainingSpec
@@ -45,14 +54,45 @@ class Prediction:
     predicted_mfu: float
     published_mfu: float | None
     fits_in_memory: bool
+    gpu_family: str = "?"
+    """The GPU preset the point's GPU derives from, upper-cased (``A100``, ``H100``, …)."""
+    source: str = "?"
+    """The point's ``group`` (else its source repository): one publication's table."""
 
     @property
     def ratio(self) -> float:
         return self.predicted_tokens_per_s_per_gpu / self.published_tokens_per_s_per_gpu
 
     @property
+    def signed_error(self) -> float:
+        """Predicted ÷ published − 1: positive = optimistic."""
+        return self.ratio - 1.0
+
+    @property
     def error(self) -> float:
-        return abs(self.ratio - 1.0)
+        return abs(self.signed_error)
+
+
+@dataclass(frozen=True)
+class Summary:
+    """Error statistics of a set of predictions."""
+
+    n: int
+    median_error: float
+    max_error: float
+    bias: float
+    """Median signed error (predicted ÷ published − 1): the model's optimism."""
+
+    @classmethod
+    def of(cls, predictions: Sequence[Prediction]) -> Summary:
+        if not predictions:
+            return cls(0, math.nan, math.nan, math.nan)
+        return cls(
+            len(predictions),
+            statistics.median(p.error for p in predictions),
+            max(p.error for p in predictions),
+            statistics.median(p.signed_error for p in predictions),
+        )
 
 
 @dataclass(frozen=True)
@@ -77,6 +117,18 @@ class Report:
     @property
     def max_error(self) -> float:
         return max((p.error for p in self.predictions), default=math.nan)
+
+    @property
+    def bias(self) -> float:
+        """Median signed error: positive = the model is optimistic."""
+        return Summary.of(self.predictions).bias
+
+    def by(self, key: Callable[[Prediction], str]) -> dict[str, Summary]:
+        """Summaries per value of ``key`` (e.g. ``lambda p: p.gpu_family``), sorted."""
+        groups: dict[str, list[Prediction]] = {}
+        for p in self.predictions:
+            groups.setdefault(key(p), []).append(p)
+        return {k: Summary.of(v) for k, v in sorted(groups.items())}
 
 
 def _lookup(value: Any, presets: Mapping[str, Any], extra: Mapping[str, Any], what: str) -> Any:
@@ -108,6 +160,10 @@ _AC = {
     "selective-op": "selective-op",
     "selective_op": "selective-op",
 }
+
+
+_REDUCE_BYTES = {"fp32": 4, "float32": 4, "bf16": 2, "bfloat16": 2}
+"""``grad_reduce_dtype`` of a point (FSDP's ``reduce_dtype``) → bytes per gradient element."""
 
 
 def _flag(point: Mapping[str, Any], key: str, default: Any) -> Any:
@@ -160,13 +216,37 @@ def point_specs(
     if link_name is not None:
         raw = _lookup(link_name, LINK_PRESETS, links, "inter_node_link")
         inter = raw if isinstance(raw, LinkSpec) else LinkSpec.model_validate(raw)
+    network: NetworkSpec | None = None
+    if point.get("network") is not None:
+        raw_net = _lookup(point["network"], NETWORK_PRESETS, {}, "network")
+        network = (
+            raw_net if isinstance(raw_net, NetworkSpec) else NetworkSpec.model_validate(raw_net)
+        )
+    recipe = str(_flag(point, "float8_recipe", "tensorwise")).strip().lower()
+    if recipe != "tensorwise":
+        raise SpecError(
+            "float8_recipe",
+            f"{recipe!r}: only torchao's tensorwise dynamic scaling is modelled (rowwise scales "
+            "and the rowwise-scaled GEMM are not)",
+        )
+    reduce_dtype = str(_flag(point, "grad_reduce_dtype", "fp32")).strip().lower()
+    if reduce_dtype not in _REDUCE_BYTES:
+        raise SpecError(
+            "grad_reduce_dtype",
+            f"unknown dtype {reduce_dtype!r}; known: {', '.join(_REDUCE_BYTES)}",
+        )
     training = TrainingSpec.model_validate(
         {
             "seq_len_tokens": seq,
             "global_batch_tokens": seq * mb * accumulation * nodes * gpn,
             "precision": _flag(point, "precision", "bf16"),
             "activation_checkpointing": _AC[ac_raw],
+            "activation_checkpointing_every": int(
+                _flag(point, "activation_checkpointing_every", 2)
+            ),
+            "grad_reduce_bytes": _REDUCE_BYTES[reduce_dtype],
             "torch_compile": bool(_flag(point, "torch_compile", False)),
+            "torch_compile_loss": bool(_flag(point, "torch_compile_loss", True)),
             "sharding": _flag(point, "sharding", "fsdp"),
             "shard_group_nodes": int(group_nodes or 1),
         }
@@ -178,6 +258,7 @@ def point_specs(
         nodes=nodes,
         gpus_per_node=gpn,
         inter_node_link=inter,
+        network=network,
         power_cap_watts=float(cap) if cap is not None else None,
     )
     return model, training, pool, mb, accumulation, nodes
@@ -225,7 +306,20 @@ def predict_point(
         predicted_mfu=step.mfu(accumulation),
         published_mfu=float(mfu) if isinstance(mfu, int | float) else None,
         fits_in_memory=step.fits(accumulation),
+        gpu_family=_gpu_family(point.get("gpu"), pool.gpu.name),
+        source=str(point.get("group") or (point.get("source") or {}).get("repo") or "?"),
     )
+
+
+def _gpu_family(value: Any, name: str) -> str:
+    """``a100`` for ``a100``, ``a100-80gb-sxm`` or ``{preset: a100, …}``; else the GPU name."""
+    preset = value.get("preset") if isinstance(value, Mapping) else value
+    if isinstance(preset, str):
+        key = normalise_name(preset)
+        key = GPU_ALIASES.get(key, key)
+        if key in GPU_LOOKUP:
+            return key.split("-")[0].upper()
+    return name
 
 
 def evaluate(document: Mapping[str, Any]) -> Report:

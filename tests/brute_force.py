@@ -1,155 +1,265 @@
-"""An independent, slow reference for the optimizer: enumerates every plan of the documented
-search space with scalar code — full FSDP simulations at every accumulation (no linearity
-shortcut), a linear scan for the balanced step time, the scalar Streaming DiLoCo settings
-search — and keeps the Pareto frontier with the same tie-breaking rule."""
+"""An independent, slow reference for the optimizer. It shares no search, apportioning or
+settings-vectorisation code with ``shardmeter.plan``: it enumerates, with plain loops,
+
+* every island shape N × G of every pool (G dividing the GPUs per node, no dominance rule),
+* every micro-batch b from 1 to the memory maximum and every accumulation A while one island
+  stays within the batch limit (in both gradient-sync modes with ``gradientSync: auto``),
+  each step time from a full FSDP simulation (no linearity shortcut),
+* every layout (k islands of one shape per pool, or none) within the island and GPU limits,
+* every combination of the pools' configurations, keeping those whose sequences add up to
+  [B, L] (with ``runtime: torchtitan-ft`` only those where every island processes the same),
+
+and scores each plan with the model's own single-plan pieces: the outer all_reduce path
+(`shardmeter.sim.outer`), each fragment's all_reduce (`fragment_all_reduce_seconds`) and the
+scalar Streaming DiLoCo settings rule (`shardmeter.sim.settings`). A layout's figures are
+those of its fastest plan (ties: the fewest sequences); the frontier uses the same tie rule
+as the optimizer (time, cost, nodes, islands)."""
 
 from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 
 from shardmeter.cost.model import CostModel
-from shardmeter.plan.options import micro_batch_candidates
-from shardmeter.plan.schema import PlanSpec
+from shardmeter.plan.schema import PlanPool, PlanSpec
 from shardmeter.sim.fsdp import FSDPDurations, simulate_fsdp_step
 from shardmeter.sim.outer import IslandPlacement, outer_link
-from shardmeter.sim.scenario import IslandShape, resolve_settings
-from shardmeter.spec.training import StrategyKind
+from shardmeter.sim.scenario import IslandShape, fragment_all_reduce_seconds
+from shardmeter.sim.settings import choose_blocking_sync_every, choose_sync_every, search_settings
+from shardmeter.spec.training import GradientSync, StrategyKind
 
 
 @dataclass(frozen=True)
 class Ref:
-    label: str
+    layout: tuple[tuple[str, int, int, int], ...]
+    """(pool, islands, nodes, GPUs per node) per used pool, in pool order."""
     time_s: float
     cost_usd: float
+    step_s: float
+    sequences: int
     nodes: int
     islands: int
-    key: tuple[int, ...]
+    tie: tuple[tuple[int, int, int, int], ...]
+    """Per pool in order: (0, islands, nodes, GPUs per node) if used, else (1, 0, 0, 0)."""
 
 
-def shapes(cm: CostModel, spec: PlanSpec) -> list[IslandShape]:
-    c, pool = spec.constraints, cm.pool
-    best: dict[int, IslandShape] = {}
-    for g in sorted(
-        (g for g in range(1, pool.gpus_per_node + 1) if pool.gpus_per_node % g == 0), reverse=True
-    ):
-        for n in range(1, pool.nodes + 1):
-            p = n * g
-            if p in best or p < c.min_gpus_per_island:
+@dataclass(frozen=True)
+class Config:
+    micro_batch: int
+    accumulation: int
+    sequences: int
+    """Per island and inner step."""
+    step_s: float
+
+
+@dataclass(frozen=True)
+class Option:
+    pool: PlanPool
+    cm: CostModel
+    shape: IslandShape
+    islands: int
+    configs: tuple[Config, ...]
+
+
+def _configs(
+    cm: CostModel, shape: IslandShape, limit: int, on_gpu: bool, spec: PlanSpec
+) -> tuple[Config, ...]:
+    r, g = shape.ranks, shape.gpus_per_node
+    mode = spec.training.gradient_sync
+    modes = (
+        [GradientSync.EVERY_MICRO_BATCH, GradientSync.LAST_MICRO_BATCH]
+        if mode is GradientSync.AUTO
+        else [mode]
+    )
+    out = []
+    for sync in modes:
+        b1 = cm.max_micro_batch(r, 1, on_gpu, gradient_sync=sync, gpus_per_node=g)
+        b_acc = cm.max_micro_batch(r, 2, on_gpu, gradient_sync=sync, gpus_per_node=g)
+        for b in range(1, b1 + 1):
+            if b * r > limit:
+                break
+            d = FSDPDurations.from_cost_model(cm, shape.nodes, shape.gpus_per_node, b)
+            a = 1
+            while a * b * r <= limit and (a == 1 or b <= b_acc):
+                out.append(
+                    Config(b, a, a * b * r, simulate_fsdp_step(d, a, gradient_sync=sync).step_s)
+                )
+                a += 1
+    return tuple(out)
+
+
+def _options(spec: PlanSpec, limit: int) -> list[list[Option | None]]:
+    c = spec.constraints
+    on_gpu = spec.strategy.outer_state_on_gpu and spec.strategy.is_diloco
+    kmax = 1 if spec.strategy.kind is StrategyKind.FSDP else c.max_islands
+    per_pool: list[list[Option | None]] = []
+    for pool in spec.usable_pools():
+        cm = CostModel(spec.model, spec.training, pool)
+        nodes = pool.nodes if pool.max_nodes is None else min(pool.nodes, pool.max_nodes)
+        options: list[Option | None] = [None]
+        for g in range(1, pool.gpus_per_node + 1):
+            if pool.gpus_per_node % g:
                 continue
-            if (c.max_gpus_per_island and p > c.max_gpus_per_island) or (
-                c.max_gpus and p > c.max_gpus
-            ):
-                continue
-            best[p] = IslandShape(n, g)
-    return [best[p] for p in sorted(best)]
+            for n in range(1, nodes + 1):
+                r = n * g
+                if r < c.min_gpus_per_island:
+                    continue
+                if c.max_gpus_per_island is not None and r > c.max_gpus_per_island:
+                    continue
+                shape = IslandShape(n, g)
+                configs = _configs(cm, shape, limit, on_gpu, spec)
+                if not configs:
+                    continue
+                for k in range(1, kmax + 1):
+                    if k * n > nodes or (c.max_gpus is not None and k * r > c.max_gpus):
+                        break
+                    options.append(Option(pool, cm, shape, k, configs))
+        per_pool.append(options)
+    return per_pool
+
+
+def _outer_overhead(spec: PlanSpec, used: list[Option], step_s: float) -> float:
+    """Seconds the outer level adds per inner step (inf where no settings are legal)."""
+    strat = spec.strategy
+    if not strat.is_diloco:
+        return 0.0
+    on_gpu = strat.outer_state_on_gpu
+    placements = [IslandPlacement(o.cm, o.shape.ranks) for o in used for _ in range(o.islands)]
+    link = outer_link(placements)
+    k = len(placements)
+    outer_s = max(
+        o.cm.outer_step_seconds(spec.model.total_params, o.shape.ranks, on_gpu) for o in used
+    )
+
+    def all_reduce(f: int) -> list[float]:
+        return fragment_all_reduce_seconds(spec.model, strat, link, k, f)
+
+    fixed_h = strat.sync_every if isinstance(strat.sync_every, int) else None
+    if strat.kind is StrategyKind.DILOCO:
+        ar = all_reduce(1)[0]
+        h = fixed_h or choose_blocking_sync_every(step_s, ar, max_sync_every=strat.max_sync_every)
+        return (ar + outer_s) / h
+    fixed_f = strat.fragments if isinstance(strat.fragments, int) else None
+    fixed_tau = strat.fragment_sync_delay if isinstance(strat.fragment_sync_delay, int) else None
+    try:
+        if fixed_h is not None:
+            choice = search_settings(
+                fixed_h,
+                step_s,
+                all_reduce,
+                spec.model.num_layers,
+                fixed_f,
+                fixed_tau,
+                max_delay=strat.max_fragment_sync_delay,
+            )
+        else:
+            choice = choose_sync_every(
+                step_s,
+                all_reduce,
+                spec.model.num_layers,
+                fixed_f,
+                fixed_tau,
+                max_sync_every=strat.max_sync_every,
+                max_delay=strat.max_fragment_sync_delay,
+                outer_step_s=outer_s,
+            )
+    except ValueError:
+        return math.inf
+    return (choice.blocking_s_per_outer_step + outer_s) / choice.sync_every
+
+
+def _combos(used: list[Option], lo: int, hi: int, equal: bool) -> list[tuple[float, int]]:
+    """(T, sequences) of every configuration combination that meets [lo, hi]."""
+    out = []
+    if equal:
+        for q in range(1, hi + 1):
+            per = []
+            for o in used:
+                ts = [c.step_s for c in o.configs if c.sequences == q]
+                per.append(ts)
+            total = q * sum(o.islands for o in used)
+            if lo <= total <= hi and all(per):
+                for ts in itertools.product(*per):
+                    out.append((max(ts), total))
+        return out
+
+    def walk(i: int, total: int, worst: float) -> None:
+        if i == len(used):
+            if lo <= total <= hi:
+                out.append((worst, total))
+            return
+        o = used[i]
+        for c in o.configs:
+            s = total + o.islands * c.sequences
+            if s <= hi:
+                walk(i + 1, s, max(worst, c.step_s))
+
+    walk(0, 0, 0.0)
+    return out
 
 
 def brute_force(spec: PlanSpec) -> list[Ref]:
-    """Every feasible plan, as Ref records."""
+    """Every feasible layout with the figures of its best plan."""
     t = spec.training
-    seqs = t.global_batch_sequences
-    limit = math.floor(seqs * (1 + spec.constraints.global_batch_tolerance) + 1e-9)
-    on_gpu = spec.strategy.outer_state_on_gpu and spec.strategy.is_diloco
-    pools = spec.usable_pools()
-    per_pool = []
-    for pool in pools:
-        cm = CostModel(spec.model, t, pool)
-        options = []
-        for shape in shapes(cm, spec):
-            p = shape.ranks
-            b1, ba = cm.max_micro_batch(p, 1, on_gpu), cm.max_micro_batch(p, 2, on_gpu)
-            if b1 < 1 or p > limit:
-                continue
-            durations = {
-                b: FSDPDurations.from_cost_model(cm, shape.nodes, shape.gpus_per_node, b)
-                for b in micro_batch_candidates(min(b1, limit // p), (b1, ba))
-            }
-
-            @cache
-            def step(
-                b: int, a: int, d: tuple[FSDPDurations, ...] = (), _dur: dict = durations
-            ) -> float:
-                return simulate_fsdp_step(_dur[b], a).step_s
-
-            configs = []  # (step_s, sequences per island)
-            for b in durations:
-                configs.append((step(b, 1), b * p))
-                if b <= ba:
-                    configs += [(step(b, a), a * b * p) for a in range(2, limit // (b * p) + 1)]
-            for k in range(1, spec.constraints.max_islands + 1):
-                if k * shape.nodes > pool.nodes or k * min(s for _, s in configs) > limit:
-                    break
-                if spec.constraints.max_gpus and k * p > spec.constraints.max_gpus:
-                    break
-                options.append((pool, cm, shape, k, configs))
-        per_pool.append([None, *options])
-    max_islands = 1 if spec.strategy.kind is StrategyKind.FSDP else spec.constraints.max_islands
+    lo = t.global_batch_sequences
+    hi = math.floor(lo * (1 + spec.constraints.global_batch_tolerance) + 1e-9)
+    equal = spec.runtime.value == "torchtitan-ft"
+    kmax = 1 if spec.strategy.kind is StrategyKind.FSDP else spec.constraints.max_islands
+    steps = t.total_tokens / t.seq_len_tokens / lo
     out = []
-    for combo in itertools.product(*per_pool):
+    for combo in itertools.product(*_options(spec, hi)):
         used = [o for o in combo if o is not None]
-        islands = sum(o[3] for o in used)
-        gpus = sum(o[3] * o[2].ranks for o in used)
-        if (
-            not used
-            or islands > max_islands
-            or (spec.constraints.max_gpus and gpus > spec.constraints.max_gpus)
-        ):
+        islands = sum(o.islands for o in used)
+        gpus = sum(o.islands * o.shape.ranks for o in used)
+        if not used or islands > kmax:
             continue
-        times = sorted({s for o in used for s, _ in o[4]})
-
-        def cap(o: tuple, tau: float) -> int:
-            return max((o[3] * q for s, q in o[4] if s <= tau), default=0)
-
-        star = next(
-            (
-                tau
-                for tau in times
-                if all(cap(o, tau) > 0 for o in used) and sum(cap(o, tau) for o in used) >= seqs
-            ),
-            None,
-        )
-        if star is None:
+        if spec.constraints.max_gpus is not None and gpus > spec.constraints.max_gpus:
             continue
-        caps = [cap(o, star) for o in used]
-        for i, o in enumerate(used):  # trim in pool order
-            need = max(seqs - (sum(caps) - caps[i]), 1)
-            caps[i] = min(o[3] * q for s, q in o[4] if s <= star and o[3] * q >= need)
-        if sum(caps) > limit:
+        sites = {o.pool.site for o in used}
+        if len(sites) > 1 and any(o.pool.wan_uplink is None for o in used):
             continue
-        overhead = 0.0
-        if spec.strategy.is_diloco:
-            placements = [IslandPlacement(o[1], o[2].ranks) for o in used for _ in range(o[3])]
-            link = outer_link(placements)
-            choice = resolve_settings(spec.model, spec.strategy, link, islands, star)
-            outer = max(
-                o[1].outer_step_seconds(spec.model.total_params, o[2].ranks, on_gpu) for o in used
-            )
-            overhead = (choice.blocking_s_per_outer_step + outer) / choice.sync_every
-        time_s = t.total_tokens / (seqs * t.seq_len_tokens / (star + overhead))
-        rate = sum(o[3] * o[2].ranks * o[0].price_per_gpu_hour_usd for o in used)
-        label = " + ".join(
-            f"{o[3]}×{o[2].nodes}×{o[2].gpus_per_node} {o[0].gpu.name.split('-')[0]}" for o in used
-        )
-        key = tuple(x for o in combo for x in ((-1,) if o is None else (o[2].ranks, o[3])))
+        candidates = sorted(set(_combos(used, lo, hi, equal)))
+        overhead: Callable[[float], float] = cache(lambda s, u=used: _outer_overhead(spec, u, s))
+        best: tuple[float, float, int] | None = None  # effective step, T, sequences
+        for step_s, sequences in candidates:
+            if best is not None and step_s > best[0]:
+                break  # effective step ≥ T: nothing later can win
+            eff = step_s + overhead(step_s)
+            if best is None or (eff, step_s, sequences) < best:
+                best = (eff, step_s, sequences)
+        if best is None or not math.isfinite(best[0]):
+            continue
+        eff, step_s, sequences = best
+        time_s = steps * eff
+        rate = sum(o.islands * o.shape.ranks * o.pool.price_per_gpu_hour_usd for o in used)
         out.append(
             Ref(
-                label,
+                tuple((o.pool.name, o.islands, o.shape.nodes, o.shape.gpus_per_node) for o in used),
                 time_s,
                 rate * time_s / 3600,
-                sum(o[3] * o[2].nodes for o in used),
+                step_s,
+                sequences,
+                sum(o.islands * o.shape.nodes for o in used),
                 islands,
-                key,
+                tuple(
+                    (1, 0, 0, 0)
+                    if o is None
+                    else (0, o.islands, o.shape.nodes, o.shape.gpus_per_node)
+                    for o in combo
+                ),
             )
         )
     return out
 
 
 def frontier(refs: list[Ref]) -> list[Ref]:
+    """Not dominated in (time, cost), fastest first; ties: fewer nodes, then islands, then
+    pools in order using (fewer islands, nodes, GPUs per node) before unused pools."""
     keep, best = [], math.inf
-    for r in sorted(refs, key=lambda r: (r.time_s, r.cost_usd, r.nodes, r.islands, r.key)):
+    for r in sorted(refs, key=lambda r: (r.time_s, r.cost_usd, r.nodes, r.islands, r.tie)):
         if r.cost_usd < best:
             keep.append(r)
             best = r.cost_usd

@@ -30,6 +30,7 @@ ALERTS = {
     "ShardMeterCoefficientFitPoor",
     "ShardMeterOperatorDown",
     "ShardMeterIslandFailed",
+    "ShardMeterPredictionDrift",
 }
 
 
@@ -80,7 +81,7 @@ def test_the_rule_tests_use_the_shipped_file_and_cover_every_alert_both_ways() -
     assert silent == ALERTS, "every alert has a case where it stays silent"
 
 
-def test_alerts_are_the_documented_six_with_severity_and_annotations() -> None:
+def test_alerts_are_the_documented_seven_with_severity_and_annotations() -> None:
     alerts = rules()
     assert {r["alert"] for r in alerts} == ALERTS and len(alerts) == len(ALERTS)
     for rule in alerts:
@@ -134,3 +135,12 @@ def test_alerts_use_only_metrics_and_labels_the_operator_exports() -> None:
             ("annotation", annotated),
         ):
             assert used <= allowed, f"{rule['alert']}: {kind} labels {sorted(used - allowed)}"
+
+
+def test_drift_alert_uses_the_plans_default_threshold() -> None:
+    from shardmeter_operator.observed_status import ObserveSpec
+
+    drift = next(r for r in rules() if r["alert"] == "ShardMeterPredictionDrift")
+    threshold = ObserveSpec.model_fields["drift_threshold"].default
+    assert re.findall(r"[<>] (-?[\d.]+)", drift["expr"]) == [str(threshold), str(-threshold)]
+    assert drift["for"] == "15m"

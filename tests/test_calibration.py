@@ -99,6 +99,9 @@ def test_file_schema_values_map_onto_the_specs() -> None:
         ({"inter_node_link": "ib-xdr"}, "unknown inter_node_link"),
         ({"sharding": "ZeRO-1"}, "sharding"),
         ({"micro_batch": 0}, "must be ≥ 1"),
+        ({"precision": "fp8", "float8_recipe": "rowwise"}, "float8_recipe: 'rowwise'"),
+        ({"grad_reduce_dtype": "fp16x"}, "grad_reduce_dtype: unknown dtype"),
+        ({"network": "9x-ndr"}, "network"),
     ],
 )
 def test_unknown_values_are_reported_per_point(change: dict[str, Any], message: str) -> None:
@@ -118,7 +121,9 @@ def test_bench_script_reads_a_file_and_fails_cleanly_on_a_missing_one(tmp_path: 
         check=False,
     )
     assert ok.returncode == 0, ok.stderr
-    assert json.loads(ok.stdout)["points"][0]["id"] == "p"
+    (payload,) = json.loads(ok.stdout)
+    assert payload["points"][0]["id"] == "p" and payload["points"][0]["gpu"] == "H100"
+    assert payload["bias"] == pytest.approx(payload["points"][0]["ratio"] - 1)
     missing = subprocess.run(
         [sys.executable, str(script), "--file", str(tmp_path / "nope.json")],
         capture_output=True,
@@ -140,3 +145,56 @@ def test_gpu_overrides_and_power_cap_describe_the_hardware_as_it_ran() -> None:
     )
     capped, full = report.predictions
     assert capped.predicted_tokens_per_s_per_gpu < full.predicted_tokens_per_s_per_gpu
+
+
+def test_optional_keys_of_the_validation_schema_map_onto_the_specs() -> None:
+    _, training, pool, *_ = point_specs(
+        point(
+            network={"nics_per_node": 4, "nic_bandwidth_bytes_per_s": "100 Gbit/s"},
+            activation_checkpointing="selective-layer",
+            activation_checkpointing_every=3,
+            grad_reduce_dtype="bf16",
+            torch_compile=True,
+            torch_compile_loss=False,
+            precision="fp8",
+            float8_recipe="tensorwise",
+        ),
+        {},
+        {},
+    )
+    assert pool.node_network.node_bandwidth_bytes_per_s == pytest.approx(50e9)
+    assert training.activation_checkpointing_every == 3 and training.grad_reduce_bytes == 2
+    assert training.torch_compile and not training.torch_compile_loss
+
+
+def test_summary_bias_is_the_median_signed_error() -> None:
+    fast, slow, exact = (
+        point(id="a", published_tokens_per_s_per_gpu=1.0),
+        point(id="b", published_tokens_per_s_per_gpu=1e9),
+        point(id="c"),
+    )
+    report = evaluate({"points": [fast, slow, exact]})
+    errors = sorted(p.ratio - 1 for p in report.predictions)
+    assert report.bias == pytest.approx(errors[1])
+    assert report.max_error == pytest.approx(max(abs(e) for e in errors))
+    assert set(report.by(lambda p: p.gpu_family)) == {"H100"}
+
+
+VALIDATION = REPO / "benchmarks" / "data" / "published-validation.json"
+
+
+def test_validation_points_cite_their_source_and_read_in_full() -> None:
+    document = json.loads(VALIDATION.read_text())
+    for p in document["points"]:
+        src = p["source"]
+        assert {"repo", "path", "commit", "url", "table"} <= set(src), p["id"]
+        assert len(src["commit"]) == 40 and src["commit"] in src["url"], p["id"]
+        assert p["notes"] and p["published_tokens_per_s_per_gpu"] > 0, p["id"]
+    report = evaluate(document)
+    inexpressible = {
+        p["id"]
+        for p in document["points"]
+        if p.get("other_parallelism") or p.get("float8_recipe", "tensorwise") != "tensorwise"
+    }
+    assert {s.id for s in report.skipped} == inexpressible
+    assert {p.gpu_family for p in report.predictions} == {"A100", "H100", "H200"}

@@ -117,4 +117,38 @@ def test_infeasible_plan_exits_2_naming_the_constraint(tmp_path: Path) -> None:
         check=False,
     )
     assert result.returncode == 2
-    assert "per island for memory; maxGpusPerIsland is 2" in result.stderr
+    assert "per island for memory; constraints.maxGpusPerIsland is 2" in result.stderr
+
+
+def test_time_limit_flag_reports_the_gap(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    gpus = ["h100", "a100", "l40s", "h200"]
+    spec = {
+        "model": "llama-3.2-1b",
+        "training": {"seqLenTokens": 4096, "globalBatchTokens": 4096 * 256},
+        "pools": [
+            {
+                "name": f"p{i}",
+                "gpu": gpus[i % 4],
+                "nodes": 8,
+                "gpusPerNode": 8,
+                "site": f"s{i % 2}",
+                "wanUplink": "wan-10g-30ms",
+                "pricePerGpuHourUsd": 1 + 0.3 * i,
+            }
+            for i in range(6)
+        ],
+        "constraints": {"maxIslands": 8},
+        "objective": {"kind": "min-time"},
+    }
+    f = tmp_path / "six.yaml"
+    f.write_text(yaml.safe_dump(spec))
+    assert main(["plan", str(f), "--json", "--no-files", "--time-limit", "0.000001"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["search"]["mode"] == "objective"
+    assert data["search"]["proven_optimal"] is False
+    assert 0 <= data["search"]["gap"] < 1
+    assert data["runtime"] == "torchtitan-ft"
+    assert main(["plan", str(f), "--no-files", "--time-limit", "0"]) == 2
+    assert "--time-limit: must be > 0 seconds" in capsys.readouterr().err

@@ -49,6 +49,8 @@ def test_streaming_diloco_over_wan(capsys: pytest.CaptureFixture[str]) -> None:
             [
                 *BASE,
                 "--activation-checkpointing",
+                "--micro-batch",  # an inner step long enough to hide the embedding's fragment
+                "2",  # within the default fragmentSyncDelay guard-rail of 5
                 "--strategy",
                 "streaming-diloco",
                 "--islands",
@@ -64,6 +66,7 @@ def test_streaming_diloco_over_wan(capsys: pytest.CaptureFixture[str]) -> None:
     assert d["outer_link"].startswith("WAN") and d["zero_blocking_possible"]
     assert d["blocking_s_per_outer_step"] == 0.0 and d["sync_every"] % d["fragments"] == 0
     assert d["fragment_sync_delay"] < d["sync_every"] // d["fragments"]
+    assert d["fragment_sync_delay"] <= 5 and d["sync_every"] <= 500
 
 
 def test_fixed_settings_that_block_are_reported(capsys: pytest.CaptureFixture[str]) -> None:

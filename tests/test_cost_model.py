@@ -101,7 +101,12 @@ def test_too_fast_fit_is_clamped_and_flagged() -> None:
 def test_activation_checkpointing_adds_recompute_to_backward() -> None:
     spec = MODEL_PRESETS["llama-3.2-1b"]
     plain, ac = cost_model(spec).unit_times(2), cost_model(spec, ac=True).unit_times(2)
-    assert ac.block_backward_s == pytest.approx(plain.block_backward_s + plain.block_forward_s)
+    assert ac.block_recompute_s == pytest.approx(ac.block_forward_s)
+    _, ac_bwd = cost_model(spec, ac=True).block_work(2)
+    assert ac.block_backward_s == pytest.approx(ac_bwd.total_s + ac.block_forward_s)
+    # the recomputed forward shifts the step's tensor duty cycle, so the sustained clock of
+    # the two models differs a little; the backward's own work is otherwise the same
+    assert ac_bwd.total_s == pytest.approx(plain.block_backward_s, rel=0.01)
 
 
 def test_collectives_use_slowest_link_across_nodes() -> None:

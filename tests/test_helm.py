@@ -29,6 +29,7 @@ import pytest
 import yaml
 
 from shardmeter_operator.__main__ import parse as parse_operator_args
+from shardmeter_operator.config import OperatorConfig
 from shardmeter_operator.permissions import BENCH_PERMISSIONS, PERMISSIONS
 from support.kube_emulator import builtins, structural
 from support.kube_versions import SUPPORTED_MINORS
@@ -277,6 +278,24 @@ def test_deployment_args_are_valid_operator_flags() -> None:
     watched = container(render({"operator": {"watchNamespaces": ["team-a", "team-b"]}}))
     args = parse_operator_args(watched["args"])
     assert args.namespace == ["team-a", "team-b"] and not args.all_namespaces
+
+    # observation: the values' defaults are the operator's, a Prometheus URL only when set
+    defaults = OperatorConfig()
+    assert args.observe_interval == defaults.observe_interval_s
+    assert args.observe_tail_lines == defaults.observe_tail_lines
+    assert args.observe_limit_bytes == defaults.observe_limit_bytes
+    assert args.observe_window == defaults.observe_window
+    assert args.observed_min_samples == defaults.observed_min_samples
+    assert args.prometheus_url is None
+    url = "http://prometheus.monitoring:9090"
+    args = parse_operator_args(
+        container(
+            render(
+                {"operator": {"observe": {**VALUES["operator"]["observe"], "prometheusUrl": url}}}
+            )
+        )["args"]
+    )
+    assert args.prometheus_url == url
 
 
 def test_probes_hit_kopfs_liveness_endpoint() -> None:
@@ -569,7 +588,8 @@ async def _operator_scenario(tmp_path: Path, namespaces: tuple[str, ...]) -> lis
             "cluster-a",
             lambda s: s.get("benchmarkAttempts") == 1 and s.get("benchmarkPhase") == "Running",
         )
-        await apply(cluster, variant(plan, launch=True))
+        # one pool: torchtitan-FT needs equal local batches (a lighthouse Deployment too)
+        await apply(cluster, variant(plan, launch=True, pools=[{"name": "cluster-b"}]))
         launched = await status_of(
             cluster,
             "trainingplans",
@@ -578,7 +598,18 @@ async def _operator_scenario(tmp_path: Path, namespaces: tuple[str, ...]) -> lis
             lambda s: s.get("phase") == "Launched",
         )
         cluster.reject_job_pods("default", launched["jobs"][0])
-        await apply(cluster, variant(plan, launch=True, relaunch=1))
+        # an island runs: the operator lists its pods and reads rank 0's log
+        cluster.set_job_running("default", launched["jobs"][1])
+        pod = cluster.create_job_pod("default", launched["jobs"][1], 0)
+        cluster.set_pod_log("default", pod["metadata"]["name"], "[titan] starting\n")
+        await status_of(
+            cluster,
+            "trainingplans",
+            "default",
+            plan["metadata"]["name"],
+            lambda s: any((i.get("observed") or {}).get("reason") for i in s.get("islands") or []),
+        )
+        await apply(cluster, variant(plan, launch=True, pools=[{"name": "cluster-b"}], relaunch=1))
         await status_of(
             cluster,
             "trainingplans",
@@ -679,6 +710,8 @@ def test_every_operator_api_call_is_allowed_by_the_chart(
         ("", "events", "create"),
         ("shardmeter.io", "trainingplans/status", "patch"),
         ("shardmeter.io", "gpupools/status", "patch"),
+        ("", "pods", "list"),
+        ("", "pods/log", "get"),
     ]:
         assert rule in used, rule
 

@@ -41,7 +41,8 @@ def test_kubectl_apply_to_planned_and_launched(tmp_path: Path) -> None:
         assert plan["status"]["predictions"]["tokensPerSecond"] > 0
         table = op.kubectl("get", "trainingplans,gpupools").stdout
         assert "llama-8b-case-study" in table and "cluster-a" in table and "prior" in table
-        patch = json.dumps({"spec": {"launch": True}})
+        # one pool: torchtitan-FT needs equal local batches, which the two pools' plan lacks
+        patch = json.dumps({"spec": {"launch": True, "pools": [{"name": "cluster-a"}]}})
         op.kubectl("patch", "trainingplan", "llama-8b-case-study", "--type=merge", "-p", patch)
         op.kubectl(
             "wait",
@@ -49,8 +50,12 @@ def test_kubectl_apply_to_planned_and_launched(tmp_path: Path) -> None:
             "trainingplan/llama-8b-case-study",
             "--timeout=60s",
         )
+        launched = json.loads(
+            op.kubectl("get", "trainingplan", "llama-8b-case-study", "-o", "json").stdout
+        )
         jobs = json.loads(op.kubectl("get", "jobs", "-o", "json").stdout)["items"]
-        assert len(jobs) == plan["status"]["islandCount"]
+        assert len(jobs) == launched["status"]["islandCount"]
+        op.kubectl("get", "deployment", "llama-8b-case-study-lighthouse")
         text = op.fetch(op.metrics_url)
         assert (
             'shardmeter_plan_predicted_tokens_per_second{namespace="default",trainingplan="llama-8b-case-study"}'

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from shardmeter.plan.fixed import FixedGroup, evaluate_fixed
-from shardmeter.plan.result import build_result
+from shardmeter.plan.result import build_result, summarise
 from shardmeter.plan.schema import PlanSpec, load_plan
 from shardmeter.plan.search import search
 
@@ -58,3 +58,26 @@ def test_slower_wan_blocks_and_recommends() -> None:
     assert ev.tokens_per_s < c.tokens_per_s  # type: ignore[attr-defined]
     rec = ev.recommended
     assert rec is not None and (rec.fragments, rec.delay) != (c.fragments, c.fragment_sync_delay)  # type: ignore[attr-defined]
+
+
+def test_the_plan_the_old_greedy_never_scored_is_found() -> None:
+    """Issue #11: 2×4×8 H200 at micro-batch 3 + 8×1×8 A100 beats what the greedy apportioning
+    chose (8×1×8 H200 + 2×4×8 A100, 24.04 h, $7,354). The exact search scores it, the fixed-plan
+    evaluator agrees with its figures, and the chosen plan is at least as fast and as cheap."""
+    spec, _ = load_plan(REPO / "examples" / "case-study.yaml")
+    result = build_result(search(spec))
+    out = result.output
+    plans = [summarise(out, out.evaluated, i) for i in range(len(out.evaluated))]
+    found = [p for p in plans if p.label == "2×4×8 H200 + 8×1×8 A100"]
+    assert len(found) == 1
+    p = found[0]
+    groups = [
+        FixedGroup(g.pool, g.count, g.nodes, g.gpus_per_node, g.micro_batch, g.accumulation)
+        for g in p.groups
+    ]
+    assert [g.micro_batch for g in p.groups] == [3, 1]
+    ev = evaluate_fixed(spec, {}, groups, p.sync_every, p.fragments, p.fragment_sync_delay)
+    assert ev.tokens_per_s == pytest.approx(p.tokens_per_s, rel=0.01)
+    assert p.hours < 24.04 and p.cost_usd < 7354
+    c = result.chosen
+    assert c.hours <= p.hours * (1 + 1e-9) and c.cost_usd <= p.cost_usd * (1 + 1e-9)

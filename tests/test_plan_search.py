@@ -1,120 +1,16 @@
-"""The optimizer: same frontier and optimum as brute force; properties users rely on;
-infeasible requests name the binding constraint."""
+"""The optimizer's properties users rely on (more budget never slower, fewer pools never
+better, every plan within the constraints, runtime honoured) and infeasible requests that
+name the binding constraint. Equality with the brute force: `test_plan_bruteforce.py`."""
 
 from __future__ import annotations
 
-import random
-
 import pytest
 
-from brute_force import brute_force, frontier
 from shardmeter.errors import InfeasibleError
 from shardmeter.plan.result import build_result
 from shardmeter.plan.schema import PlanSpec
 from shardmeter.plan.search import search
-
-TINY = {
-    "name": "tiny",
-    "hiddenSize": 512,
-    "numLayers": 4,
-    "numAttentionHeads": 8,
-    "numKeyValueHeads": 4,
-    "intermediateSize": 1536,
-    "vocabSize": 8000,
-}
-GPUS = [("a100", 1.19), ("h100", 2.49), ("h200", 3.59), ("l40s", 0.86)]
-
-
-def random_spec(
-    seed: int, strategy: str = "streaming-diloco", objective: dict | None = None
-) -> PlanSpec:
-    rnd = random.Random(seed)
-    pools = []
-    for i in range(rnd.choice([2, 3])):
-        gpu, price = rnd.choice(GPUS)
-        pools.append(
-            {
-                "name": f"p{i}",
-                "gpu": gpu,
-                "nodes": rnd.randint(1, 4),
-                "gpusPerNode": rnd.choice([2, 4]),
-                "site": rnd.choice(["a", "b"]),
-                "wanUplink": rnd.choice(["wan-10g-30ms", "wan-1g-80ms"]),
-                "pricePerGpuHourUsd": round(price * rnd.uniform(0.8, 1.2), 3),
-            }
-        )
-    seq = 512
-    return PlanSpec.model_validate(
-        {
-            "model": TINY,
-            "training": {
-                "seqLenTokens": seq,
-                "globalBatchTokens": seq * rnd.choice([8, 12, 16, 24]),
-                "totalTokens": 10**9,
-            },
-            "strategy": {"kind": strategy, "outerPrecision": rnd.choice(["bf16", "fp32"])},
-            "pools": pools,
-            "constraints": {
-                "maxIslands": rnd.choice([2, 3, 4]),
-                "globalBatchTolerance": rnd.choice([0.0, 0.1]),
-            },
-            "objective": objective or {"kind": "min-time"},
-        }
-    )
-
-
-def same(a: list, b: list) -> None:
-    assert [r.label for r in a] == [r.label for r in b]
-    for x, y in zip(a, b, strict=True):
-        assert x.time_s == pytest.approx(y.time_s, rel=1e-9) and x.cost_usd == pytest.approx(
-            y.cost_usd, rel=1e-9
-        )
-
-
-OBJECTIVES = [
-    {"kind": "min-time"},
-    {"kind": "min-cost"},
-    {"kind": "throughput-fraction", "throughputFraction": 0.9},
-]
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("seed", range(6))
-@pytest.mark.parametrize("strategy", ["streaming-diloco", "diloco", "fsdp"])
-def test_frontier_and_optimum_match_brute_force(seed: int, strategy: str) -> None:
-    spec = random_spec(seed, strategy)
-    ref = brute_force(spec)
-    if not ref:
-        with pytest.raises(InfeasibleError):
-            search(spec)
-        return
-    want = frontier(ref)
-    for mode in ("exhaustive", "frontier"):
-        result = build_result(search(spec, force_mode=mode))
-        got = [
-            type("R", (), {"label": p.label, "time_s": p.hours * 3600, "cost_usd": p.cost_usd})
-            for p in result.frontier
-        ]
-        same(got, want)
-    for obj in OBJECTIVES:
-        s = spec.model_copy(
-            update={
-                "objective": PlanSpec.model_validate(
-                    {**spec.model_dump(), "objective": obj}
-                ).objective
-            }
-        )
-        if obj["kind"] == "min-time":
-            best = want[0]
-        elif obj["kind"] == "min-cost":
-            best = want[-1]
-        else:
-            floor = obj["throughputFraction"] * (1 / want[0].time_s) * (1 - 1e-12)
-            best = [r for r in want if 1 / r.time_s >= floor][-1]
-        for mode in ("exhaustive", "objective"):
-            chosen = build_result(search(s, force_mode=mode)).chosen
-            assert chosen.label == best.label, (mode, obj)
-            assert chosen.hours * 3600 == pytest.approx(best.time_s, rel=1e-9)
+from strategies import random_spec
 
 
 def plan(spec: PlanSpec) -> object:
@@ -207,7 +103,7 @@ def test_infeasible_memory_names_the_binding_constraint() -> None:
     with pytest.raises(
         InfeasibleError,
         match=r"Llama-3.1-70B needs ≥ \d+ H200-141GB-SXM per island for memory; "
-        r"maxGpusPerIsland is 2",
+        r"constraints\.maxGpusPerIsland is 2",
     ):
         search(spec)
 
@@ -221,3 +117,20 @@ def test_infeasible_budget_names_the_objective_field() -> None:
     )
     with pytest.raises(InfeasibleError, match=r"raise objective\.timeBudgetHours"):
         search(spec)
+
+
+def test_short_accumulations_are_simulated_as_the_step_model_does() -> None:
+    """`first_steps` simulates only the micro-steps a configuration can use; its numbers must
+    be the step model's own."""
+    from shardmeter.cost.model import CostModel
+    from shardmeter.plan.configs import first_steps
+    from shardmeter.sim.scenario import IslandShape, IslandStepModel
+    from shardmeter.spec.training import GradientSync
+
+    spec = random_spec(3)
+    cm = CostModel(spec.model, spec.training, spec.pools[0])
+    for sync in (GradientSync.EVERY_MICRO_BATCH, GradientSync.LAST_MICRO_BATCH):
+        for shape in (IslandShape(1, 2), IslandShape(2, 2)):
+            model = IslandStepModel(cm, shape, 2, gradient_sync=sync)
+            assert first_steps(model, 2) == [model.step_s(1), model.step_s(2)]
+            assert first_steps(model, 1) == [model.step_s(1)]

@@ -44,6 +44,29 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--kubeconfig", help="kubeconfig outside a cluster (default $KUBECONFIG)")
     p.add_argument(
+        "--observe-interval",
+        type=float,
+        help="seconds between reads of a launched plan's island logs (default 60; 0: never)",
+    )
+    p.add_argument(
+        "--observe-tail-lines", type=int, help="log lines read per island (default 2000)"
+    )
+    p.add_argument(
+        "--observe-limit-bytes", type=int, help="log bytes read per island (default 1 MiB)"
+    )
+    p.add_argument(
+        "--observe-window", type=int, help="metric lines an observation summarises (default 20)"
+    )
+    p.add_argument(
+        "--observed-min-samples",
+        type=int,
+        help="observed islands a pool's correction needs before plans use it (default 2)",
+    )
+    p.add_argument(
+        "--prometheus-url",
+        help="Prometheus for plans with spec.observe.stepSecondsQuery (default: none)",
+    )
+    p.add_argument(
         "--standalone", action="store_true", help="no peering with other operator instances"
     )
     p.add_argument(
@@ -81,6 +104,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         recheck_interval_s=args.recheck_interval,
         retry_backoff_s=args.retry_backoff,
         kubeconfig=args.kubeconfig,
+        observe_interval_s=args.observe_interval,
+        observe_tail_lines=args.observe_tail_lines,
+        observe_limit_bytes=args.observe_limit_bytes,
+        observe_window=args.observe_window,
+        observed_min_samples=args.observed_min_samples,
+        prometheus_url=args.prometheus_url,
     )
     if args.metrics_port:
         metrics.serve(args.metrics_port)

@@ -14,7 +14,11 @@ from shardmeter_operator.kube import Kube
 from shardmeter_operator.manifests import PLAN_REVISION_LABEL, PLAN_UID_LABEL
 
 Manifest = dict[str, Any]
-CHILD_KINDS: list[tuple[str, str]] = [("batch/v1", "Job"), ("v1", "Service")]
+CHILD_KINDS: list[tuple[str, str]] = [
+    ("batch/v1", "Job"),
+    ("v1", "Service"),
+    ("apps/v1", "Deployment"),  # the torchft lighthouse
+]
 """(apiVersion, kind) of everything a launch may create; a new child kind registers here."""
 
 

@@ -21,6 +21,8 @@ class Type:
     SPEC_CHANGED_AFTER_LAUNCH = "SpecChangedAfterLaunch"
     OUTER_STEP_BLOCKING = "OuterStepBlocking"
     USING_PRIOR_COEFFICIENTS = "UsingPriorCoefficients"
+    PREDICTION_DRIFT = "PredictionDrift"
+    """An observed island's inner step is off its prediction by more than the threshold."""
     COEFFICIENTS_READY = "CoefficientsReady"
     BENCHMARK_SUCCEEDED = "BenchmarkSucceeded"
 
@@ -41,6 +43,8 @@ class Reason:
     JOBS_CREATED = "JobsCreated"
     JOBS_FAILED = "JobCreationFailed"
     NAME_CONFLICT = "NameConflict"
+    NOT_LAUNCHABLE = "RuntimeCannotExpress"
+    """The chosen plan cannot run as planned on torchtitan's fault-tolerant trainer."""
     CHILDREN_MISSING = "ChildrenMissing"
     ALL_RUNNING = "AllIslandsRunning"
     ISLANDS_PENDING = "IslandsPending"
@@ -59,6 +63,12 @@ class Reason:
     BENCHMARK_FAILED = "BenchmarkFailed"
     BENCHMARK_RETRYING = "BenchmarkBackOff"
     INVALID_COEFFICIENTS = "InvalidCoefficients"
+    NOT_OBSERVED = "NotObserved"
+    STEP_TIME_DRIFT = "StepTimeDrift"
+    WITHIN_THRESHOLD = "WithinThreshold"
+    OBSERVED_BLOCKING = "ObservedBlocking"
+    """OuterStepBlocking from the observed inner step and all_reduce (not the prediction)."""
+    OBSERVED_HIDDEN = "ObservedHidden"
 
 
 def now_iso() -> str:

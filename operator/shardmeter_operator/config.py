@@ -20,6 +20,18 @@ class OperatorConfig:
     """First benchmark retry delay; doubles per attempt."""
     kubeconfig: str | None = None
     """Outside a cluster: the kubeconfig to use (default $KUBECONFIG)."""
+    observe_interval_s: float = 60.0
+    """How often a launched plan's running islands are observed (0: never)."""
+    observe_tail_lines: int = 2000
+    """Lines of rank 0's log read per island and observation (``tailLines``)."""
+    observe_limit_bytes: int = 1 << 20
+    """Bytes read at most per island and observation (``limitBytes``)."""
+    observe_window: int = 20
+    """Recent torchtitan metric lines an observation summarises."""
+    observed_min_samples: int = 2
+    """Observed islands a pool's correction needs before plans use it."""
+    prometheus_url: str = ""
+    """Prometheus for plans that name a step-seconds query (empty: the log only)."""
 
     ENV: ClassVar[dict[str, str]] = {
         "namespace": "POD_NAMESPACE",
@@ -28,6 +40,12 @@ class OperatorConfig:
         "recheck_interval_s": "SHARDMETER_RECHECK_INTERVAL_S",
         "retry_backoff_s": "SHARDMETER_RETRY_BACKOFF_S",
         "kubeconfig": "SHARDMETER_KUBECONFIG",
+        "observe_interval_s": "SHARDMETER_OBSERVE_INTERVAL_S",
+        "observe_tail_lines": "SHARDMETER_OBSERVE_TAIL_LINES",
+        "observe_limit_bytes": "SHARDMETER_OBSERVE_LIMIT_BYTES",
+        "observe_window": "SHARDMETER_OBSERVE_WINDOW",
+        "observed_min_samples": "SHARDMETER_OBSERVED_MIN_SAMPLES",
+        "prometheus_url": "SHARDMETER_PROMETHEUS_URL",
     }
 
     @classmethod
@@ -37,6 +55,7 @@ class OperatorConfig:
         for f in fields(cls):
             raw = os.environ.get(cls.ENV[f.name])
             if raw:
-                values[f.name] = float(raw) if f.type == "float" else raw
+                convert = {"float": float, "int": int}.get(str(f.type), str)
+                values[f.name] = convert(raw)
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)

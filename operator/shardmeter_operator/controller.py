@@ -29,11 +29,13 @@ from typing import Any, cast
 import kopf
 import structlog
 
+from shardmeter.cost.observed import ObservedStepSample
 from shardmeter_operator import metrics
 from shardmeter_operator.config import OperatorConfig
 from shardmeter_operator.gpupool import reconcile_pool
 from shardmeter_operator.kube import Kube
 from shardmeter_operator.plancontext import PlanContext, PoolView, needs_work, referenced_pools
+from shardmeter_operator.recalibrate import reset_requested
 from shardmeter_operator.resources import (
     GROUP,
     VERSION,
@@ -47,6 +49,9 @@ log = structlog.get_logger("shardmeter_operator")
 Key = tuple[str, str, str]
 """("plan", namespace, name) or ("pool", "", name)."""
 RETRY_FIRST_S, RETRY_MAX_S = 2.0, 300.0
+SAMPLES_DELAY_S = 1.0
+"""Observed samples reach their pool this long after a plan's reconcile (several plans'
+samples are merged in one pool reconcile)."""
 STUCK_AFTER_S = 600.0
 """A reconcile running longer than this fails the liveness probe (a hung worker thread)."""
 
@@ -67,6 +72,8 @@ class Controller:
         self.plan_uids: dict[str, tuple[str, str]] = {}
         self.rejected: dict[str, str] = {}
         """Job UID → the latest FailedCreate message (pods refused by quota, PodSecurity…)."""
+        self.samples: dict[str, dict[tuple[str, str, str], ObservedStepSample]] = {}
+        """Pool → observed step samples not yet merged into its coefficients document."""
         self._locks: dict[Key, asyncio.Lock] = {}
         self._queued: set[Key] = set()
         self._timers: dict[Key, asyncio.TimerHandle] = {}
@@ -114,6 +121,11 @@ class Controller:
             "status": body.get("status"),
         }
         self.plan_uids[str(meta.get("uid"))] = key
+
+    def pool_needs_work(self, body: Mapping[str, Any]) -> bool:
+        """Whether a GPUPool event asks for a reconcile beyond a new spec: a reset of its
+        observed correction (the annotation changes no generation)."""
+        return reset_requested(body)
 
     def plans_need_work(self, namespace: str, name: str) -> bool:
         body = self.plans.get((namespace, name))
@@ -246,6 +258,9 @@ class Controller:
         new = result.status.model_dump(by_alias=True, mode="json")
         changed = await self._write(body, "trainingplans", new)
         self._post(body, result.events)
+        for pool, samples in result.samples.items():  # the pool's reconcile merges them
+            self.samples.setdefault(pool, {}).update({s.key: s for s in samples})
+            self.requeue(("pool", "", pool), SAMPLES_DELAY_S)
         if changed or result.events:
             log.info(
                 "reconciled",
@@ -259,7 +274,12 @@ class Controller:
         body = await self.kube.get_custom(GROUP, VERSION, "gpupools", None, key[2])
         if body is None:
             return None
-        result = await reconcile_pool(body, self.cfg, self.kube)
+        pending = dict(self.samples.get(key[2], {}))
+        result = await reconcile_pool(body, self.cfg, self.kube, list(pending.values()))
+        merged = self.samples.get(key[2], {})
+        for k, sample in pending.items():  # newer samples that arrived meanwhile stay
+            if merged.get(k) is sample:
+                del merged[k]
         changed = await self._write(
             body, "gpupools", result.status.model_dump(by_alias=True, mode="json")
         )

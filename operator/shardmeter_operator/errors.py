@@ -23,11 +23,16 @@ class ChildConflictError(SpecError):
     """A child's name is taken by an object this plan did not create."""
 
 
+class RuntimeCannotExpressError(SpecError):
+    """The chosen plan cannot run as planned on torchtitan's fault-tolerant trainer."""
+
+
 _REASONS: tuple[tuple[type[SpecError], str], ...] = (
     (PoolNotFoundError, Reason.POOL_NOT_FOUND),
     (PoolInvalidError, Reason.POOL_INVALID),
     (TemplateError, Reason.INVALID_TEMPLATE),
     (ChildConflictError, Reason.NAME_CONFLICT),
+    (RuntimeCannotExpressError, Reason.NOT_LAUNCHABLE),
 )
 
 

@@ -8,6 +8,7 @@ time."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -15,6 +16,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from shardmeter.cost.coefficients import CoefficientsDocument, Source
+from shardmeter.cost.observed import ObservedStepSample
 from shardmeter.cost.priors import pool_priors
 from shardmeter.errors import SpecError, spec_error_from_validation
 from shardmeter.spec.training import Precision
@@ -30,7 +32,7 @@ from shardmeter_operator.manifests import (
     coefficients_configmap_name,
     owner_reference,
 )
-from shardmeter_operator.planning import revision
+from shardmeter_operator.recalibrate import RESET_ANNOTATION, coefficients_revision, recalibrate
 from shardmeter_operator.resources import BenchmarkPhase, Condition, GPUPoolSpec, GPUPoolStatus
 
 Status = dict[str, Any]
@@ -57,8 +59,14 @@ def _job_state(job: dict[str, Any] | None) -> tuple[str, str]:
     return "running", ""
 
 
-async def reconcile_pool(body: Any, cfg: OperatorConfig, kube: Kube) -> PoolResult:
-    """The new status of a GPUPool (see the module docstring)."""
+async def reconcile_pool(
+    body: Any,
+    cfg: OperatorConfig,
+    kube: Kube,
+    samples: Sequence[ObservedStepSample] = (),
+) -> PoolResult:
+    """The new status of a GPUPool (see the module docstring); ``samples``: steps observed
+    on the pool by launched plans, for its observed correction (:mod:`~.recalibrate`)."""
     meta = body.get("metadata") or {}
     name, uid = str(meta["name"]), str(meta["uid"])
     generation = int(meta.get("generation") or 1)
@@ -108,6 +116,17 @@ async def reconcile_pool(body: Any, cfg: OperatorConfig, kube: Kube) -> PoolResu
     st = out.status = st.model_copy(update=step.update)
     out.requeue_s = step.requeue_s
     doc = step.adopted or doc
+    doc, st.observed, observed_events = await recalibrate(
+        name,
+        doc,
+        samples,
+        meta.get("annotations") or {},
+        before,
+        cfg.observed_min_samples,
+        (ns, cm_name),
+        kube,
+    )
+    out.events += observed_events
     st.conditions = _bench_conditions(st.conditions, step, st.benchmark_phase, generation)
     if step.message and step.update.get("benchmark_phase") in (
         BenchmarkPhase.BACKOFF,
@@ -118,7 +137,7 @@ async def reconcile_pool(body: Any, cfg: OperatorConfig, kube: Kube) -> PoolResu
     st.source = source  # type: ignore[assignment]
     st.measured_at = doc.measured_at.isoformat() if doc.measured_at else ""
     st.fit_mape = doc.fit_mape()
-    st.coefficients_revision = revision(spec.model_dump(), doc.to_json())
+    st.coefficients_revision = coefficients_revision(spec, doc)
     message = (
         f"measured coefficients from {st.measured_at} in {ns}/{cm_name}"
         if doc.source is Source.MEASURED
@@ -126,6 +145,11 @@ async def reconcile_pool(body: Any, cfg: OperatorConfig, kube: Kube) -> PoolResu
     )
     if note:
         message = f"{message} ({note})"
+    if st.observed is not None and st.observed.compute_scale is not None:
+        message += (
+            f"; observed correction: compute ×{st.observed.compute_scale:.3g} from "
+            f"{st.observed.samples} island(s) (annotate {RESET_ANNOTATION} to reset)"
+        )
     st.conditions = set_condition(
         st.conditions,
         Type.COEFFICIENTS_READY,
@@ -136,6 +160,11 @@ async def reconcile_pool(body: Any, cfg: OperatorConfig, kube: Kube) -> PoolResu
     )
     stamp = (doc.measured_at or doc.created_at).timestamp()
     metrics.set_pool(name, source, stamp, doc.fit_mape())
+    metrics.set_pool_observed(
+        name,
+        st.observed.compute_scale if st.observed else None,
+        st.observed.samples if st.observed else 0,
+    )
     if before.source != source and source == "measured":
         out.events.append(("Normal", "CoefficientsMeasured", message))
     return out

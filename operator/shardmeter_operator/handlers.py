@@ -84,8 +84,12 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
             ctl.observe_pool(body)
             status = body.get("status") or {}
             generation = int(body["metadata"].get("generation") or 0)
-            if type is None or status.get("observedGeneration") != generation:
-                await ctl.pool(name)  # new spec, or (re)start: re-read its ConfigMap and Job
+            if (
+                type is None
+                or status.get("observedGeneration") != generation
+                or ctl.pool_needs_work(body)
+            ):
+                await ctl.pool(name)  # new spec, (re)start or a reset: re-read ConfigMap, Job
         await ctl.fan_out(name)
 
     @kopf.on.event(*PLANS, registry=registry, id="trainingplan")

@@ -57,7 +57,9 @@ class _Kind:
 _KINDS: dict[tuple[str, str], _Kind] = {
     ("v1", "ConfigMap"): _Kind("CoreV1Api", "config_map"),
     ("v1", "Service"): _Kind("CoreV1Api", "service"),
+    ("v1", "Pod"): _Kind("CoreV1Api", "pod"),
     ("batch/v1", "Job"): _Kind("BatchV1Api", "job"),
+    ("apps/v1", "Deployment"): _Kind("AppsV1Api", "deployment"),
     ("rbac.authorization.k8s.io/v1", "Role"): _Kind("RbacAuthorizationV1Api", "role"),
     ("rbac.authorization.k8s.io/v1", "RoleBinding"): _Kind(
         "RbacAuthorizationV1Api", "role_binding"
@@ -160,6 +162,44 @@ class Kube:
         except ApiException as exc:
             if exc.status != 404:
                 raise _temporary(exc, f"delete {kind_name} {namespace}/{name}") from exc
+
+    async def pod_log(
+        self,
+        namespace: str,
+        name: str,
+        container: str,
+        *,
+        tail_lines: int,
+        limit_bytes: int,
+        timeout_s: float = 30.0,
+    ) -> str:
+        """The last ``tail_lines`` lines of a container's current log, at most ``limit_bytes``
+        (``pods/log``; undecodable bytes replaced). Raises :class:`LogUnavailableError` with the
+        API server's message (pod gone, container not started, …)."""
+        api = kubernetes.client.CoreV1Api(self.client)
+
+        def read() -> bytes:
+            response: Any = api.read_namespaced_pod_log(
+                name,
+                namespace,
+                container=container,
+                tail_lines=tail_lines,
+                limit_bytes=limit_bytes,
+                _preload_content=False,
+                _request_timeout=timeout_s,
+            )
+            try:
+                return bytes(response.read(limit_bytes + 1)[:limit_bytes])
+            finally:
+                response.release_conn()
+
+        try:
+            data = await asyncio.to_thread(read)
+        except ApiException as exc:
+            raise LogUnavailableError(exc.status, _api_message(exc)) from exc
+        except Exception as exc:  # connection reset, read timeout
+            raise LogUnavailableError(None, f"{type(exc).__name__}: {exc}"[:300]) from exc
+        return data.decode("utf-8", errors="replace")
 
     async def get_custom(
         self, group: str, version: str, plural: str, namespace: str | None, name: str
@@ -276,6 +316,24 @@ class Kube:
 
     def close(self) -> None:
         self.client.close()
+
+
+class LogUnavailableError(Exception):
+    """A pod log could not be read: ``status`` is the HTTP status (None: no response)."""
+
+    def __init__(self, status: int | None, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _api_message(exc: ApiException) -> str:
+    """The ``message`` of a Kubernetes Status body, else the HTTP reason."""
+    try:
+        body = json.loads(exc.body or "{}")
+    except (TypeError, ValueError):
+        body = {}
+    message = body.get("message") if isinstance(body, dict) else None
+    return str(message or f"HTTP {exc.status} {(exc.reason or '').strip()}")[:500]
 
 
 def _temporary(exc: ApiException, what: str) -> kopf.TemporaryError:

@@ -11,6 +11,7 @@ from typing import Any
 from shardmeter_operator import metrics
 from shardmeter_operator.children import ensure_children, list_children
 from shardmeter_operator.conditions import Reason, Type, get_condition, set_condition
+from shardmeter_operator.errors import RuntimeCannotExpressError
 from shardmeter_operator.launch import (
     ISLAND_SHAPE,
     decision_revision,
@@ -20,10 +21,8 @@ from shardmeter_operator.launch import (
 )
 from shardmeter_operator.manifests import (
     PLAN_REVISION_LABEL,
-    child_labels,
-    island_manifests,
-    owner_reference,
 )
+from shardmeter_operator.observe import launch_digest, observe_only_change, observe_plan
 from shardmeter_operator.plancontext import (
     PlanContext,
     PlanResult,
@@ -43,8 +42,10 @@ from shardmeter_operator.resources import (
     IslandState,
     LaunchRecord,
     TrainingPlanPhase,
+    TrainingPlanSpec,
     TrainingPlanStatus,
 )
+from shardmeter_operator.runtime_manifests import launch_manifests, launchable_run, refuse_launch
 
 
 # ---- launched plans ---------------------------------------------------------------------------
@@ -85,11 +86,21 @@ async def reconcile_launched(
         blocking(
             st, ok, outcome.predictions.outer_step_blocking_seconds, "", namespace, name, generation
         )
+        try:  # the relaunched plan must run as planned on torchtitan-FT, or nothing changes
+            launchable_run(ok.spec, st, namespace)
+        except RuntimeCannotExpressError as exc:
+            event = refuse_launch(st, exc, generation)
+            out.events += [event] if event else []
+            return
         revision = decision_revision(
             uid, ok.spec.relaunch, st.islands, st.streaming_di_lo_co, ok.spec.template
         )
         st.launch = LaunchRecord(
-            revision=revision, relaunch=ok.spec.relaunch, generation=generation, complete=False
+            revision=revision,
+            relaunch=ok.spec.relaunch,
+            generation=generation,
+            complete=False,
+            spec_digest=launch_digest(ok.spec),
         )
         st.phase = TrainingPlanPhase.PLANNED
         out.events.append(("Normal", Reason.RELAUNCHING, f"relaunch {ok.spec.relaunch}: {st.plan}"))
@@ -108,10 +119,11 @@ async def reconcile_launched(
         if not st.launch.complete:
             return
         children = await list_children(ctx.kube, namespace, uid)
-    drift(st, generation, out)
+    drift(st, generation, out, ok.spec if ok is not None else None)
     if ok is not None and _needs_reevaluation(st, ok, ctx):
         await _reevaluate(name, namespace, generation, ok, ctx, out)
     follow(name, namespace, generation, children, ctx, out)
+    await observe_plan(name, namespace, uid, ok, ctx, out)
 
 
 def _needs_reevaluation(st: TrainingPlanStatus, ok: Validated, ctx: PlanContext) -> bool:
@@ -122,11 +134,16 @@ def _needs_reevaluation(st: TrainingPlanStatus, ok: Validated, ctx: PlanContext)
     )
 
 
-def drift(st: TrainingPlanStatus, generation: int, out: PlanResult) -> None:
+def drift(
+    st: TrainingPlanStatus,
+    generation: int,
+    out: PlanResult,
+    spec: TrainingPlanSpec | None = None,
+) -> None:
     assert st.launch is not None
     launched = st.launch.generation
     before = get_condition(st.conditions, Type.SPEC_CHANGED_AFTER_LAUNCH)
-    if generation != launched:
+    if generation != launched and not observe_only_change(st, spec):
         message = (
             f"the spec changed (generation {generation}) after the launch of generation "
             f"{launched}: not applied to the running islands; bump spec.relaunch to relaunch "
@@ -206,17 +223,23 @@ async def create_children(
         sort_keys=True,
         separators=(",", ":"),
     )
-    manifests = island_manifests(
-        name,
-        namespace,
-        owner_reference("TrainingPlan", name, uid),
-        ok.spec.template,
-        st.islands,
-        ok.pools,
-        st.streaming_di_lo_co,
-        plan_json,
-        child_labels(name, uid, st.launch.revision),
-    )
+    try:  # the torchft lighthouse first, then the islands with torchtitan's flags
+        manifests = launch_manifests(
+            name,
+            namespace,
+            uid,
+            ok.spec,
+            st,
+            ok.pools,
+            plan_json=plan_json,
+            revision=st.launch.revision,
+            bench_image=ctx.cfg.bench_image,
+        )
+    except RuntimeCannotExpressError as exc:  # checked when the decision was made
+        st.conditions = set_condition(
+            st.conditions, Type.LAUNCHED, False, Reason.NOT_LAUNCHABLE, str(exc), generation
+        )
+        return
     result = await ensure_children(ctx.kube, manifests, children, uid, st.launch.revision)
     st.jobs = [m["metadata"]["name"] for m in manifests if m["kind"] == "Job"]
     if result.conflict:

@@ -25,6 +25,7 @@ from shardmeter_operator.names import (
     subdomain_name,
 )
 from shardmeter_operator.resources import API_VERSION, DiLoCoSettings, GPUPoolSpec, IslandStatus
+from shardmeter_operator.runtime_torchtitan import check_trainer_template
 
 Manifest = dict[str, Any]
 MANAGED_BY = {
@@ -297,26 +298,12 @@ def validate_template(template: Mapping[str, Any], where: str = "spec.template")
         raise TemplateError(
             f"{where}.spec.template.spec.restartPolicy", "must be Never or OnFailure for a Job"
         )
+    check_trainer_template(template, where)  # runs torchtitan and can take the plan's flags
 
 
 def island_job_name(plan: str, index: int) -> str:
     """The island's Indexed Job and its headless Service (a DNS-1035 label ≤ 52)."""
     return child_name("", plan, f"island-{index}", max_len=INDEXED_JOB_NAME_MAX)
-
-
-def torchtitan_args(island: int, islands: int, sync_every: int, fragments: int, delay: int) -> str:
-    """TorchTitan's fault-tolerance flags for Streaming DiLoCo on torchft."""
-    return " ".join(
-        [
-            "--fault_tolerance.enable",
-            f"--fault_tolerance.replica_id={island}",
-            f"--fault_tolerance.group_size={islands}",
-            "--fault_tolerance.semi_sync_method=diloco",
-            f"--fault_tolerance.sync_steps={sync_every}",
-            f"--fault_tolerance.num_fragments={fragments}",
-            f"--fault_tolerance.fragment_sync_delay={delay}",
-        ]
-    )
 
 
 def _merge_env(
@@ -380,11 +367,7 @@ def island_manifests(
             {"name": "SHARDMETER_NUM_FRAGMENTS", "value": str(s.fragments)},
             {"name": "SHARDMETER_FRAGMENT_SYNC_DELAY", "value": str(s.fragment_sync_delay)},
             {"name": "SHARDMETER_PLAN", "value": plan_json},
-            {
-                "name": "SHARDMETER_TORCHTITAN_ARGS",
-                "value": torchtitan_args(i, n, s.sync_every, s.fragments, s.fragment_sync_delay),
-            },
-        ]
+        ]  # torchtitan's flags and torchft's environment: runtime_torchtitan.apply_to_island_job
         for c in pod["containers"]:
             c["env"] = _merge_env(c.get("env"), env)
         first = pod["containers"][0]  # the trainer: GPUs go to the first container only

@@ -12,6 +12,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
+    from shardmeter_operator.observed_status import IslandObservation
     from shardmeter_operator.resources import Predictions
 
 REGISTRY = CollectorRegistry(auto_describe=True)
@@ -70,6 +71,63 @@ plan_islands = Gauge(
     "shardmeter_plan_islands",
     "Islands of a launched TrainingPlan by state (pending, running, succeeded, failed).",
     (*PLAN_LABELS, "state"),
+    registry=REGISTRY,
+)
+ISLAND_LABELS = (*PLAN_LABELS, "island")
+plan_prediction_error_ratio = Gauge(
+    "shardmeter_plan_prediction_error_ratio",
+    "Observed median inner step of a running island ÷ its prediction − 1 (positive: slower).",
+    ISLAND_LABELS,
+    registry=REGISTRY,
+)
+island_observed_step_seconds = Gauge(
+    "shardmeter_island_observed_step_seconds",
+    "Observed inner step of a running island (outer-step stalls removed), by quantile.",
+    (*ISLAND_LABELS, "quantile"),
+    registry=REGISTRY,
+)
+island_observed_tokens_per_second = Gauge(
+    "shardmeter_island_observed_tokens_per_second",
+    "Observed training throughput of a running island.",
+    ISLAND_LABELS,
+    registry=REGISTRY,
+)
+island_observed_fragment_sync_seconds = Gauge(
+    "shardmeter_island_observed_fragment_sync_seconds",
+    "Observed median time from a fragment's all_reduce start to its commit.",
+    ISLAND_LABELS,
+    registry=REGISTRY,
+)
+island_observed_blocking_seconds = Gauge(
+    "shardmeter_island_observed_outer_step_blocking_seconds",
+    "Observed stall per outer step at the fragment syncs.",
+    ISLAND_LABELS,
+    registry=REGISTRY,
+)
+island_observation_timestamp = Gauge(
+    "shardmeter_island_observation_timestamp_seconds",
+    "When a running island's log last gave an observation.",
+    ISLAND_LABELS,
+    registry=REGISTRY,
+)
+ISLAND_GAUGES = (
+    plan_prediction_error_ratio,
+    island_observed_step_seconds,
+    island_observed_tokens_per_second,
+    island_observed_fragment_sync_seconds,
+    island_observed_blocking_seconds,
+    island_observation_timestamp,
+)
+pool_observed_compute_scale = Gauge(
+    "shardmeter_pool_observed_compute_scale",
+    "A pool's observed correction: the factor on its base coefficients' compute times.",
+    ("gpupool",),
+    registry=REGISTRY,
+)
+pool_observed_samples = Gauge(
+    "shardmeter_pool_observed_samples",
+    "Observed islands behind a pool's correction.",
+    ("gpupool",),
     registry=REGISTRY,
 )
 pool_fit_mape_ratio = Gauge(
@@ -174,6 +232,44 @@ def set_recommendation(
     plan_recommendation.labels(namespace, name, str(sync_every), str(fragments), str(delay)).set(1)
 
 
+def set_observed_island(namespace: str, name: str, island: str, obs: IslandObservation) -> None:
+    """An island's observation; an island without one has no observed series (no stale
+    figure keeps an alert firing)."""
+    labels = (namespace, name, island)
+    for g in ISLAND_GAUGES:
+        _drop(g, labels)
+    if obs.step_seconds_p50 is None:
+        return
+    if obs.error_ratio is not None:
+        plan_prediction_error_ratio.labels(*labels).set(obs.error_ratio)
+    island_observed_step_seconds.labels(*labels, "0.5").set(obs.step_seconds_p50)
+    if obs.step_seconds_p90 is not None:
+        island_observed_step_seconds.labels(*labels, "0.9").set(obs.step_seconds_p90)
+    if obs.tokens_per_second is not None:
+        island_observed_tokens_per_second.labels(*labels).set(obs.tokens_per_second)
+    if obs.fragment_sync_seconds is not None:
+        island_observed_fragment_sync_seconds.labels(*labels).set(obs.fragment_sync_seconds)
+    if obs.outer_step_blocking_seconds is not None:
+        island_observed_blocking_seconds.labels(*labels).set(obs.outer_step_blocking_seconds)
+    island_observation_timestamp.labels(*labels).set(time.time())
+
+
+def forget_observed_islands(namespace: str, name: str, keep: set[str]) -> None:
+    """Drop the observed series of a plan's islands not in ``keep`` (no longer running)."""
+    for g in ISLAND_GAUGES:
+        for labels in list(g._metrics):
+            if labels[:2] == (namespace, name) and labels[2] not in keep:
+                g.remove(*labels)
+
+
+def set_pool_observed(name: str, compute_scale: float | None, samples: int) -> None:
+    _drop(pool_observed_compute_scale, (name,))
+    _drop(pool_observed_samples, (name,))
+    if compute_scale is not None:
+        pool_observed_compute_scale.labels(name).set(compute_scale)
+    pool_observed_samples.labels(name).set(samples)
+
+
 def set_infeasible(namespace: str, name: str) -> None:
     forget_plan(namespace, name)
     plan_infeasible.labels(namespace, name).set(1)
@@ -190,6 +286,7 @@ def forget_plan(namespace: str, name: str) -> None:
         plan_infeasible,
         plan_recommendation,
         plan_islands,
+        *ISLAND_GAUGES,
     ):
         _drop(g, (namespace, name))
 
@@ -205,6 +302,8 @@ def set_pool(name: str, source: str, stamp: float, fit_mape: float | None) -> No
 def forget_pool(name: str) -> None:
     _drop(pool_measured_timestamp, (name,))
     _drop(pool_fit_mape_ratio, (name,))
+    _drop(pool_observed_compute_scale, (name,))
+    _drop(pool_observed_samples, (name,))
     pool_age.stamps.pop(name, None)
 
 

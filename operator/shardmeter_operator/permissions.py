@@ -88,7 +88,7 @@ PERMISSIONS: tuple[Permission, ...] = (
         "trainingplans/finalizers",
         ("update",),
         "workload",
-        "set blockOwnerDeletion on the Jobs and Services a TrainingPlan owns",
+        "set blockOwnerDeletion on the Jobs, Services and Deployments a TrainingPlan owns",
     ),
     Permission(
         "batch",
@@ -102,7 +102,29 @@ PERMISSIONS: tuple[Permission, ...] = (
         "services",
         ("get", "list", "create", "delete"),
         "workload",
-        "a headless Service per Job (rendezvous); deleted by a relaunch",
+        "a headless Service per Job (rendezvous) and the torchft lighthouse's; deleted by a "
+        "relaunch",
+    ),
+    Permission(
+        "apps",
+        "deployments",
+        ("get", "list", "create", "delete"),
+        "workload",
+        "the torchft lighthouse of a launched DiLoCo plan; deleted by a relaunch",
+    ),
+    Permission(
+        "",
+        "pods",
+        ("list",),
+        "workload",
+        "find rank 0's pod of a running island (by its Job's labels) to observe it",
+    ),
+    Permission(
+        "",
+        "pods/log",
+        ("get",),
+        "workload",
+        "read rank 0's log (bounded tail) for step times and fragment syncs; never exec",
     ),
     Permission(
         "",

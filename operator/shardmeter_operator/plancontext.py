@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 from pydantic import ValidationError
 
 from shardmeter.cost.coefficients import CoefficientsDocument, Source
+from shardmeter.cost.observed import ObservedStepSample
 from shardmeter.errors import InfeasibleError, SpecError, spec_error_from_validation
 from shardmeter.plan.schema import PlanSpec
 from shardmeter_operator import memory, metrics
@@ -75,6 +76,12 @@ class PlanResult:
     status: TrainingPlanStatus
     events: list[Event] = field(default_factory=list)
     requeue_s: float | None = None
+    samples: dict[str, list[ObservedStepSample]] = field(default_factory=dict)
+    """Pool → observed step samples for its correction (the pool's reconcile merges them)."""
+
+    def requeue_within(self, seconds: float) -> None:
+        """Come back in at most ``seconds``."""
+        self.requeue_s = seconds if self.requeue_s is None else min(self.requeue_s, seconds)
 
 
 def referenced_pools(spec_raw: Mapping[str, Any]) -> set[str]:
@@ -147,9 +154,11 @@ def validate(spec_raw: Mapping[str, Any], pools: Mapping[str, PoolView]) -> Vali
     return Validated(spec, request, {r.name: valid[r.name] for r in spec.pools})
 
 
-async def _documents(
+async def read_documents(
     names: list[str], cfg: OperatorConfig, kube: Kube
 ) -> tuple[dict[str, CoefficientsDocument | None], list[str]]:
+    """Each pool's coefficients document as its ConfigMap holds it (None: missing or
+    unreadable, with a note)."""
     docs: dict[str, CoefficientsDocument | None] = {}
     notes: list[str] = []
     for name in names:
@@ -162,8 +171,22 @@ async def _documents(
                 notes.append(
                     f"pool {name}: unreadable coefficients ({exc}); using datasheet priors"
                 )
-        docs[name] = doc if doc is not None and doc.source is Source.MEASURED else None
+        docs[name] = doc
     return docs, notes
+
+
+async def _documents(
+    names: list[str], cfg: OperatorConfig, kube: Kube
+) -> tuple[dict[str, CoefficientsDocument | None], list[str]]:
+    """The documents planning uses: measured ones, and priors that carry an observed
+    correction (None: the pool's datasheet priors)."""
+    docs, notes = await read_documents(names, cfg, kube)
+    return {
+        name: doc
+        if doc is not None and (doc.source is Source.MEASURED or doc.compute_scale != 1.0)
+        else None
+        for name, doc in docs.items()
+    }, notes
 
 
 async def coefficients(
@@ -172,7 +195,7 @@ async def coefficients(
     names = [r.name for r in ok.spec.pools]
     docs, notes = await _documents(names, ctx.cfg, ctx.kube)
     revisions = pool_revisions(names, ctx.pools)
-    priors = sorted(p for p, d in docs.items() if d is None)
+    priors = sorted(p for p, d in docs.items() if d is None or d.source is Source.PRIOR)
     st = out.status
     st.conditions = set_condition(
         st.conditions,
@@ -189,7 +212,14 @@ async def coefficients(
     )
     st.coefficients = [
         PoolCoefficients(
-            pool=p, source="prior" if docs[p] is None else "measured", revision=revisions[p]
+            pool=p,
+            source="measured"
+            if (d := docs[p]) is not None and d.source is Source.MEASURED
+            else "prior",
+            revision=revisions[p],
+            observed_compute_scale=d.compute_scale
+            if d is not None and d.compute_scale != 1.0
+            else None,
         )
         for p in names
     ]

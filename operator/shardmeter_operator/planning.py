@@ -76,7 +76,8 @@ def plan_request(
         except ValidationError as exc:
             raise spec_error_from_validation(exc, f"spec.pools[{i}]") from exc
     base = spec.model_dump(
-        by_alias=False, include={"model", "training", "strategy", "constraints", "objective"}
+        by_alias=False,
+        include={"model", "training", "strategy", "constraints", "objective", "runtime"},
     )
     try:
         return PlanSpec.model_validate({**base, "model": spec.model, "pools": plan_pools})

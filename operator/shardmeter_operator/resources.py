@@ -20,6 +20,12 @@ from pydantic.alias_generators import to_camel
 from shardmeter.plan.schema import PlanRequest
 from shardmeter.spec.base import SpecModel
 from shardmeter.spec.hardware import PoolHardware
+from shardmeter_operator.observed_status import (
+    IslandObservation,
+    ObserveSpec,
+    PlanObservation,
+    PoolObservedStatus,
+)
 
 GROUP = "shardmeter.io"
 VERSION = "v1alpha1"
@@ -126,6 +132,8 @@ class GPUPoolStatus(_Status):
     next_retry_at: str = ""
     coefficients_revision: str = Field(default="", max_length=64)
     """Changes whenever the pool's coefficients change; TrainingPlans re-plan on it."""
+    observed: PoolObservedStatus | None = None
+    """The correction learned from the pool's running islands, on top of ``source``."""
     conditions: list[Condition] = Field(default_factory=list, max_length=16)
 
 
@@ -135,6 +143,39 @@ class PoolRef(SpecModel):
     name: str = Field(min_length=1, max_length=63)
     max_nodes: int | None = Field(default=None, ge=0)
     """Use at most this many of the pool's nodes."""
+
+
+class FaultToleranceSpec(SpecModel):
+    """How a launched (Streaming) DiLoCo plan runs on torchft: its lighthouse (the
+    ``torchft_lighthouse`` of the ``torchft`` wheel, one Deployment per plan) and the islands'
+    torchft managers. Defaults are torchft 0.2.0's own."""
+
+    min_replicas: int | None = Field(default=None, ge=1, le=64)
+    """Islands a quorum needs (lighthouse ``--min_replicas``, torchtitan
+    ``--fault_tolerance.min_replica_size``); default: every island of the plan. Fewer lets
+    training go on while an island is down; never more than the plan's islands."""
+    join_timeout_ms: int = Field(default=60_000, ge=100, le=3_600_000)
+    """How long the lighthouse waits for heartbeating stragglers before it issues a quorum."""
+    quorum_tick_ms: int = Field(default=100, ge=10, le=60_000)
+    """How often the lighthouse checks for a quorum while it waits."""
+    heartbeat_timeout_ms: int = Field(default=5_000, ge=100, le=600_000)
+    """An island that has not heartbeaten for this long is considered dead."""
+    quorum_timeout_s: int = Field(default=900, ge=10, le=86_400)
+    """How long an island waits for a quorum (``TORCHFT_QUORUM_TIMEOUT_SEC``). DiLoCo forms
+    one at every fragment sync, so this must cover the islands' drift between two syncs."""
+    process_group: Literal["nccl", "gloo"] = "nccl"
+    """Backend of the cross-island pseudo-gradient all_reduce (torchtitan
+    ``--fault_tolerance.process_group``): ``nccl`` on GPU pools, ``gloo`` on CPUs."""
+    lighthouse_image: str = Field(default="", max_length=512)
+    """Image with the ``torchft`` wheel for the lighthouse; empty: the operator's bench image."""
+    cluster_domain: str = Field(
+        default="cluster.local",
+        min_length=1,
+        max_length=253,
+        pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$",
+    )
+    """The cluster's DNS domain: island pods search their peers' headless Services under it, so
+    that the hostnames torchft advertises (``socket.gethostname()``) resolve across islands."""
 
 
 class TrainingPlanSpec(PlanRequest):
@@ -153,6 +194,11 @@ class TrainingPlanSpec(PlanRequest):
         default_factory=dict, json_schema_extra={"x-kubernetes-preserve-unknown-fields": True}
     )
     """A batch/v1 JobTemplateSpec for one island's workers (metadata and spec)."""
+    fault_tolerance: FaultToleranceSpec = Field(default_factory=FaultToleranceSpec)
+    """The torchft lighthouse and managers of a launched DiLoCo plan."""
+    observe: ObserveSpec = Field(default_factory=ObserveSpec)
+    """Observation of the running islands (drift, recalibration); may change after launch
+    without counting as a spec change of the running islands."""
 
 
 class TrainingPlanPhase(StrEnum):
@@ -195,6 +241,9 @@ class IslandStatus(_Status):
     """CamelCase cause of the state, e.g. PodsRejected, BackoffLimitExceeded."""
     message: str = Field(default="", max_length=1024)
     """For humans, e.g. the quota or PodSecurity message that rejected the pods."""
+    observed: IslandObservation | None = Field(default=None, exclude_if=lambda v: v is None)
+    """Rank 0's step times and syncs as last read from its log (see ``spec.observe``);
+    absent until read (list items are replaced whole, so no null is needed to clear it)."""
 
 
 class LaunchRecord(_Status):
@@ -209,6 +258,9 @@ class LaunchRecord(_Status):
     """The spec generation that was launched."""
     complete: bool = False
     """Every child has been created (missing ones are then reported, never re-created)."""
+    spec_digest: str = Field(default="", max_length=64)
+    """Hash of the launched spec without ``observe`` (editing observation is no spec
+    change of the running islands); empty in records written before it existed."""
 
 
 class DiLoCoSettings(_Status):
@@ -240,6 +292,8 @@ class PoolCoefficients(_Status):
     pool: str = Field(max_length=253)
     source: Literal["measured", "prior"]
     revision: str = Field(default="", max_length=64)
+    observed_compute_scale: float | None = Field(default=None, exclude_if=lambda v: v is None)
+    """The pool's observed correction applied on top of ``source`` (absent: none)."""
 
 
 class TrainingPlanStatus(_Status):
@@ -257,4 +311,6 @@ class TrainingPlanStatus(_Status):
     jobs: list[str] = Field(default_factory=list, max_length=64)
     launch: LaunchRecord | None = None
     """Set once the plan is launched; islands and settings are frozen from then on."""
+    observed: PlanObservation | None = None
+    """The running islands' observations held against the predictions."""
     conditions: list[Condition] = Field(default_factory=list, max_length=16)

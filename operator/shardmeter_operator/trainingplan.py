@@ -15,11 +15,12 @@ from shardmeter.errors import SpecError
 from shardmeter_operator import metrics
 from shardmeter_operator.children import list_children
 from shardmeter_operator.conditions import Reason, Type, get_condition, set_condition
-from shardmeter_operator.errors import reason_for
+from shardmeter_operator.errors import RuntimeCannotExpressError, reason_for
 from shardmeter_operator.launch import (
     decision_revision,
 )
 from shardmeter_operator.launched import create_children, drift, follow, reconcile_launched
+from shardmeter_operator.observe import launch_digest, observe_plan
 from shardmeter_operator.plancontext import (
     PlanContext,
     PlanResult,
@@ -39,6 +40,7 @@ from shardmeter_operator.resources import (
     TrainingPlanPhase,
     TrainingPlanStatus,
 )
+from shardmeter_operator.runtime_manifests import launchable_run, refuse_launch
 
 
 # ---- the reconciler ---------------------------------------------------------------------------
@@ -128,17 +130,28 @@ async def _plan_and_maybe_launch(
             generation,
         )
         return
+    try:  # torchtitan-FT must run the plan as planned, or nothing is recorded or created
+        launchable_run(ok.spec, st, namespace)
+    except RuntimeCannotExpressError as exc:
+        event = refuse_launch(st, exc, generation)
+        out.events += [event] if event else []
+        return
     revision = decision_revision(
         uid, ok.spec.relaunch, st.islands, st.streaming_di_lo_co, ok.spec.template
     )
     st.launch = LaunchRecord(
-        revision=revision, relaunch=ok.spec.relaunch, generation=generation, complete=False
+        revision=revision,
+        relaunch=ok.spec.relaunch,
+        generation=generation,
+        complete=False,
+        spec_digest=launch_digest(ok.spec),
     )
     await create_children(name, namespace, uid, generation, ok, [], ctx, out)
     if st.launch.complete:
         children = await list_children(ctx.kube, namespace, uid)
-        drift(st, generation, out)
+        drift(st, generation, out, ok.spec)
         follow(name, namespace, generation, children, ctx, out)
+        await observe_plan(name, namespace, uid, ok, ctx, out)
 
 
 __all__ = [

@@ -5,21 +5,29 @@ plot (Fig. 7), the top-20 chart (Fig. 8), and the chosen plan's timeline and tra
 from __future__ import annotations
 
 import argparse
+import json
+import math
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from tqdm import tqdm
 
 from shardmeter.cli.common import emit_json
+from shardmeter.cli.plan_report import render_text
 from shardmeter.cost.coefficients import CoefficientsDocument
+from shardmeter.errors import SpecError
+from shardmeter.plan.bnb import Progress, ProgressCallback
 from shardmeter.plan.plots import plot_frontier, plot_top
-from shardmeter.plan.report import render_text, result_dict, top_by_throughput
+from shardmeter.plan.report import result_dict, top_by_throughput
 from shardmeter.plan.result import PlanResult, build_result
-from shardmeter.plan.schema import PlanSpec, load_plan
+from shardmeter.plan.schema import ObjectiveKind, PlanSpec, load_plan
 from shardmeter.plan.search import search
 from shardmeter.sim.plot import plot_timeline
 from shardmeter.sim.trace import write_trace
+
+PROGRESS_AFTER_S = 2.0
+"""Searches shorter than this show no progress."""
 
 
 def add_parser(sub: Any) -> None:
@@ -36,6 +44,19 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--no-files", action="store_true", help="write no pictures or trace")
     p.add_argument("--rows", type=int, default=10, help="frontier rows to print (default 10)")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    p.add_argument(
+        "--time-limit",
+        type=float,
+        metavar="S",
+        help="stop the search after S seconds with the best plan found and its proven gap",
+    )
+    p.add_argument(
+        "--progress",
+        choices=["auto", "bar", "json", "none"],
+        default="auto",
+        help="search progress on stderr for searches over 2 s: a bar on a terminal, JSON "
+        "lines otherwise (auto, the default)",
+    )
     p.set_defaults(run=run)
 
 
@@ -50,26 +71,98 @@ def load_coefficients(spec: PlanSpec, base: Path) -> dict[str, CoefficientsDocum
     return docs
 
 
-def plan_file(path: str, progress: bool = True, pool_files: list[str] | None = None) -> PlanResult:
+class JsonProgress:
+    """One JSON line on ``stream`` every `PROGRESS_AFTER_S` seconds once a search has run that
+    long (for logs: containers, CI)."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self.next_s = PROGRESS_AFTER_S
+
+    def __call__(self, p: Progress) -> None:
+        if p.elapsed_s < self.next_s and p.fraction < 1.0:
+            return
+        if p.elapsed_s < PROGRESS_AFTER_S:
+            return
+        self.next_s = p.elapsed_s + PROGRESS_AFTER_S
+        gap = (p.best - p.bound) / p.best if math.isfinite(p.best) and p.best > 0 else None
+        line = {
+            "event": "plan.search.progress",
+            "phase": p.phase,
+            "fraction": round(p.fraction, 4),
+            "plans_scored": p.scored,
+            "elapsed_s": round(p.elapsed_s, 2),
+            "best": p.best if math.isfinite(p.best) else None,
+            "bound": p.bound,
+            "gap": round(gap, 6) if gap is not None else None,
+        }
+        self.stream.write(json.dumps(line) + "\n")
+        self.stream.flush()
+
+
+class BarProgress:
+    """A tqdm bar (shown after `PROGRESS_AFTER_S` seconds): share of the search tree done,
+    the incumbent and the proven gap."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.bar = tqdm(
+            total=1000,
+            unit="‰",
+            delay=PROGRESS_AFTER_S,
+            file=stream,
+            desc="searching",
+            bar_format="{desc}: {percentage:3.0f}%|{bar}| {elapsed}<{remaining} {postfix}",
+        )
+        self.phase = ""
+
+    def __call__(self, p: Progress) -> None:
+        if p.phase != self.phase:
+            self.phase = p.phase
+            self.bar.reset(total=1000)
+            self.bar.set_description(p.phase)
+        self.bar.n = int(1000 * p.fraction)
+        gap = (p.best - p.bound) / p.best if math.isfinite(p.best) and p.best > 0 else None
+        self.bar.set_postfix_str(
+            f"{p.scored:,} plans" + (f", gap ≤ {gap:.2%}" if gap is not None else ""),
+            refresh=False,
+        )
+        self.bar.refresh()
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def plan_file(
+    path: str,
+    progress: str = "auto",
+    pool_files: list[str] | None = None,
+    time_limit_s: float | None = None,
+) -> PlanResult:
+    if time_limit_s is not None and not time_limit_s > 0:
+        raise SpecError("--time-limit", f"must be > 0 seconds (got {time_limit_s:g})")
     spec, base = load_plan(path, pool_files or [])
     docs = load_coefficients(spec, base)
-    bar = tqdm(
-        unit=" plans",
-        delay=1.0,
-        disable=not progress or not sys.stderr.isatty(),
-        file=sys.stderr,
-        desc="searching",
+    mode = progress
+    if mode == "auto":
+        mode = "bar" if sys.stderr.isatty() else "json"
+    bar = BarProgress(sys.stderr) if mode == "bar" else None
+    callback: ProgressCallback | None = (
+        bar if bar is not None else JsonProgress(sys.stderr) if mode == "json" else None
     )
     try:
-        out = search(spec, docs, progress=bar.update)
+        out = search(spec, docs, progress=callback, time_limit_s=time_limit_s)
     finally:
-        bar.close()
+        if bar is not None:
+            bar.close()
     return build_result(out)
 
 
 def write_files(result: PlanResult, folder: Path) -> dict[str, str]:
     out = result.output
     title = f"{out.spec.model.name} — {out.spec.strategy.kind.value}"
+    obj = out.spec.objective
+    fraction = obj.throughput_fraction if obj.kind is ObjectiveKind.THROUGHPUT_FRACTION else None
+    s = result.spread
     files = {
         "frontier": str(
             plot_frontier(
@@ -85,14 +178,19 @@ def write_files(result: PlanResult, folder: Path) -> dict[str, str]:
             plot_top(
                 top_by_throughput(result, 20),
                 folder / "top20.png",
-                f"{title}: the 20 highest-throughput plans",
+                f"{title}: the 20 highest-throughput plans\n{s.plans} plans within "
+                f"{s.throughput_fraction:.0%} of the best throughput cost USD {s.min_cost_usd:,.0f}"
+                f" to {s.max_cost_usd:,.0f} ({s.spread:.1%} spread); the chosen plan saves "
+                f"{result.saving_vs_fastest:.1%} against the fastest",
+                result.chosen,
+                fraction if fraction is not None else s.throughput_fraction,
             )
         ),
     }
     d = result.detail
     if d.diloco is not None:
         schedule = d.diloco.schedule
-        step = max(s.step_s for s in d.steps)
+        step = max(st.step_s for st in d.steps)
         span = min(d.diloco.period_s, max(6, 2 * d.diloco.settings.window) * step * 1.05)
         begin = schedule.makespan_s - d.diloco.period_s
         window: tuple[float, float] | None = (begin, begin + span)
@@ -109,7 +207,7 @@ def write_files(result: PlanResult, folder: Path) -> dict[str, str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    result = plan_file(args.file, progress=not args.json, pool_files=args.pool_file)
+    result = plan_file(args.file, args.progress, args.pool_file, args.time_limit)
     files: dict[str, str] = {}
     if not args.no_files:
         folder = Path(args.out) if args.out else Path("out") / Path(args.file).stem

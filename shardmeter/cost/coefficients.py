@@ -16,6 +16,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from shardmeter.cost.features import CANDIDATE_FEATURES, Target
+from shardmeter.cost.observed import ObservedCorrection, digest
 from shardmeter.errors import SpecError, spec_error_from_validation
 from shardmeter.spec.hardware import GPUSpec
 from shardmeter.spec.training import Precision
@@ -158,6 +159,10 @@ class CoefficientsDocument(_Doc):
     memory: MemoryCoefficients = Field(default_factory=MemoryCoefficients)
     notes: list[str] = Field(default_factory=list)
     samples: Samples = Field(default_factory=Samples)
+    observed: ObservedCorrection | None = None
+    """The correction learned from running training on the pool (`shardmeter.cost.observed`):
+    a separate section on top of the fitted or prior coefficients above, which it never
+    changes. None: no observations."""
 
     @model_validator(mode="after")
     def _complete(self) -> CoefficientsDocument:
@@ -195,6 +200,20 @@ class CoefficientsDocument(_Doc):
         ]
         return max(values) if values else None
 
+    @property
+    def compute_scale(self) -> float:
+        """The observed correction's compute factor (1.0 when none is active)."""
+        scale = self.observed.compute_scale if self.observed is not None else None
+        return scale if scale is not None else 1.0
+
+    def base(self) -> CoefficientsDocument:
+        """The fitted or prior coefficients alone (without the observed correction)."""
+        return self if self.observed is None else self.model_copy(update={"observed": None})
+
+    def base_digest(self) -> str:
+        """Identifies the base coefficients that observed samples are fitted against."""
+        return digest(self.base().to_json(indent=None))
+
     def age_seconds(self, now: datetime | None = None) -> float:
         stamp = self.measured_at or self.created_at
         return ((now or datetime.now(UTC)) - stamp).total_seconds()
@@ -217,6 +236,11 @@ class CoefficientsDocument(_Doc):
             "gpu": self.gpu.name,
             "schema-version": str(self.schema_version),
             "measured-at": self.measured_at.isoformat() if self.measured_at else "",
+            "observed-compute-scale": (
+                str(self.observed.compute_scale)
+                if self.observed is not None and self.observed.compute_scale is not None
+                else ""
+            ),
         }
 
     @classmethod

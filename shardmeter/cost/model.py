@@ -8,24 +8,33 @@ precision. Every feature belongs to one kind of work — matmuls (``t_h_q``, ``t
 ``t_h_i``, ``t_h_v``), attention (``t_s_q``), memory-bound element-wise work (``t_h``, ``t_i``,
 ``t_v``, ``v_h``) or launch overhead (``one``) — so the options act on the kinds they change:
 
-* ``torch.compile`` scales the block and head element-wise terms by the ratio of fused to
-  eager bytes (`shardmeter.cost.elementwise`: Inductor fuses each element-wise chain between
-  two matmuls into one kernel);
+* ``torch.compile`` scales the block element-wise terms (and the head's, when the loss is
+  compiled too: ``torchCompileLoss``) by the ratio of fused to eager bytes
+  (`shardmeter.cost.elementwise`: Inductor fuses each element-wise chain between two matmuls
+  into one kernel);
 * float8 (``precision: fp8``) scales the blocks' matmul terms by the ratio of achieved BF16 to
   achieved FP8 matmul throughput and adds the casts' bytes; the LM head stays in BF16, as in
   torchtitan;
 * a power cap divides matmul and attention terms by the clock fraction of
   `shardmeter.cost.power` (memory-bound work keeps the HBM clock);
+* with prior coefficients, the matmul terms are further divided by the sustained-clock ratio
+  of `shardmeter.cost.power.sustained_clock_ratio`: the MAMF benchmark behind
+  ``matmul_efficiency`` keeps the tensor cores busy only part of the time, a training step
+  for its matmul and attention share of the micro-step (its *tensor duty cycle*), and a
+  power-limited GPU clocks lower the busier its tensor cores are (measured coefficients
+  were timed inside training-like passes and are left as measured);
 * activation checkpointing adds the recomputed forward work to the block backward:
   ``full`` the whole forward, ``selective-layer`` every k-th block's forward (averaged over
   the blocks), ``selective-op`` the matmuls torchtitan's policy does not save (K, O and the
   MLP up projection of a gated MLP; K, O and down for a plain one) plus all element-wise
   work, attention excluded.
+
+**Observed correction** (`shardmeter.cost.observed`): its compute scale multiplies every
+compute time (after the roofline guard), never a collective; priors rebuilt keep it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import lru_cache
 
 from shardmeter.cost.coefficients import CoefficientsDocument, CollectiveFit, LinkRole, Source
@@ -35,6 +44,17 @@ from shardmeter.cost.features import CANDIDATE_FEATURES, Target, feature_values
 from shardmeter.cost.memory import MemoryBreakdown, max_micro_batch, memory_breakdown
 from shardmeter.cost.power import clock_fraction
 from shardmeter.cost.priors import network_prior, pool_priors
+from shardmeter.cost.step import sustained_step_parts
+from shardmeter.cost.units import (
+    ATTENTION_FEATURES,
+    ELEMENTWISE_FEATURES,
+    MATMUL_FEATURES,
+    TENSOR_FEATURES,
+    StepParts,
+    UnitPayloads,
+    UnitTimes,
+    WorkSplit,
+)
 from shardmeter.errors import SpecError
 from shardmeter.spec.hardware import GPUSpec, PoolSpec
 from shardmeter.spec.model import MLPKind, TransformerSpec
@@ -48,52 +68,6 @@ from shardmeter.spec.training import (
 
 HOST_LINK_BYTES_PER_S = 25e9
 """Achievable GPU↔host copy bandwidth (PCIe 4.0 x16, pinned memory); conservative for PCIe 5."""
-
-MATMUL_FEATURES = frozenset({"t_h_q", "t_h_kv", "t_h_i", "t_h_v"})
-ATTENTION_FEATURES = frozenset({"t_s_q"})
-ELEMENTWISE_FEATURES = frozenset({"t_h", "t_i", "t_v", "v_h"})
-
-
-@dataclass(frozen=True)
-class WorkSplit:
-    """Seconds of one unit pass by kind of work."""
-
-    matmul_s: float
-    attention_s: float
-    elementwise_s: float
-    launch_s: float
-
-    @property
-    def total_s(self) -> float:
-        return self.matmul_s + self.attention_s + self.elementwise_s + self.launch_s
-
-
-@dataclass(frozen=True)
-class UnitTimes:
-    """Seconds of each FSDP unit's forward and backward pass for one micro-batch.
-
-    ``block_backward_s`` includes the recomputation activation checkpointing adds
-    (``block_recompute_s``, averaged over the blocks). ``roofline_clamped`` names the
-    targets whose regression predicted less than executed FLOPs ÷ peak FLOP/s; those were
-    raised to that bound (see `CostModel`)."""
-
-    embedding_forward_s: float
-    embedding_backward_s: float
-    block_forward_s: float
-    block_backward_s: float
-    head_forward_s: float
-    head_backward_s: float
-    block_recompute_s: float = 0.0
-    roofline_clamped: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class UnitPayloads:
-    """Parameters per FSDP unit (embedding, one block, final norm + head)."""
-
-    embedding_params: int
-    block_params: int
-    head_params: int
 
 
 def _check_options(model: TransformerSpec, training: TrainingSpec, pool: PoolSpec) -> None:
@@ -150,11 +124,15 @@ class CostModel:
                 f"fitted at {coefficients.precision.value}; "
                 f"set precision: {coefficients.precision.value}",
             )
+        observed = coefficients.observed if coefficients is not None else None
         if coefficients is None or coefficients.source is Source.PRIOR:
             coefficients = pool_priors(pool, base, pool.name, model)
+            if observed is not None:
+                coefficients = coefficients.model_copy(update={"observed": observed})
         else:
             coefficients = self._per_node_network(coefficients)
         self.coefficients = coefficients
+        self.compute_scale = coefficients.compute_scale  # the observed correction (1.0: none)
         self.gpu: GPUSpec = coefficients.gpu
         self.peak_flop_per_s = self.gpu.peak_flop_per_s(training.precision.value)
         self.clock_fraction = clock_fraction(
@@ -239,7 +217,7 @@ class CostModel:
 
     def _head_parts(self, target: Target, values: dict[str, float]) -> dict[str, float]:
         parts = self._split(target, values)
-        if self.training.torch_compile:
+        if self.training.torch_compile and self.training.torch_compile_loss:
             factor = self._compile_factor("head")
             parts = {f: v * factor if f in ELEMENTWISE_FEATURES else v for f, v in parts.items()}
         clock = self.clock_fraction
@@ -247,15 +225,21 @@ class CostModel:
 
     def _recompute(self, forward: dict[str, float]) -> float:
         """Seconds one block's backward spends recomputing forward work (averaged)."""
+        return sum(self._recompute_split(forward))
+
+    def _recompute_split(self, forward: dict[str, float]) -> tuple[float, float]:
+        """(tensor-core, other) seconds of one block's recomputation (averaged)."""
         mode = self.training.activation_checkpointing
         if mode is ActivationCheckpointing.NONE:
-            return 0.0
-        total = sum(forward.values())
+            return 0.0, 0.0
+        tensor = sum(v for f, v in forward.items() if f in TENSOR_FEATURES)
+        other = sum(forward.values()) - tensor
         if mode is ActivationCheckpointing.FULL:
-            return total
+            return tensor, other
         if mode is ActivationCheckpointing.SELECTIVE_LAYER:
             k, layers = self.training.activation_checkpointing_every, self.model.num_layers
-            return total * (layers // k) / layers
+            share = (layers // k) / layers
+            return tensor * share, other * share
         # selective-op: torchtitan saves the outputs of attention and of every other matmul
         # (the 1st, 3rd, … of a block: Q, V, gate, down for a gated MLP; Q, V, up for a plain
         # one) and recomputes the rest — K and O, and up (gated) or down (plain)
@@ -265,12 +249,33 @@ class CostModel:
             + 0.5 * forward.get("t_h_q", 0.0)
             + mlp_share * forward.get("t_h_i", 0.0)
         )
-        rest = sum(
-            v
-            for f, v in forward.items()
-            if f not in MATMUL_FEATURES and f not in ATTENTION_FEATURES
+        return matmuls, other
+
+    def _step_parts(self, micro_batch: int) -> StepParts:
+        """Per-feature seconds of the block and head passes of one micro-step; priors get
+        wave quantization and the sustained clock (`shardmeter.cost.step`)."""
+        s = self.training.seq_len_tokens
+        values = feature_values(self.model, micro_batch, s)
+        tokens = micro_batch * s
+        fwd = self._block_parts(Target.BLOCK_FORWARD, values, tokens)
+        bwd = self._block_parts(Target.BLOCK_BACKWARD, values, tokens)
+        head = [self._head_parts(t, values) for t in (Target.HEAD_FORWARD, Target.HEAD_BACKWARD)]
+        embedding = sum(
+            sum(self._split(t, values).values())
+            for t in (Target.EMBEDDING_FORWARD, Target.EMBEDDING_BACKWARD)
         )
-        return matmuls + rest
+        if self.coefficients.source is not Source.PRIOR:
+            return StepParts(fwd, bwd, head[0], head[1])
+        return sustained_step_parts(
+            model=self.model,
+            gpu=self.gpu,
+            tokens=tokens,
+            fp8_blocks=self.training.precision is Precision.FP8,
+            block=(fwd, bwd),
+            head=(head[0], head[1]),
+            embedding_s=embedding,
+            recompute_split=self._recompute_split,
+        )
 
     def unit_times(self, micro_batch: int) -> UnitTimes:
         """Per-unit seconds at ``micro_batch`` sequences per GPU (cached)."""
@@ -285,15 +290,15 @@ class CostModel:
         )  # float8 block matmuls may run up to the FP8 peak
         block_flops = self.model.block_forward_flops_executed(tokens, s)
         head_flops = self.model.head_forward_flops(tokens)
-        block_fwd = self._block_parts(Target.BLOCK_FORWARD, values, tokens)
-        block_bwd = self._block_parts(Target.BLOCK_BACKWARD, values, tokens)
+        parts = self._step_parts(micro_batch)
+        block_fwd, block_bwd = parts.block_forward, parts.block_backward
         raw = {
             Target.EMBEDDING_FORWARD: sum(self._split(Target.EMBEDDING_FORWARD, values).values()),
             Target.EMBEDDING_BACKWARD: sum(self._split(Target.EMBEDDING_BACKWARD, values).values()),
             Target.BLOCK_FORWARD: sum(block_fwd.values()),
             Target.BLOCK_BACKWARD: sum(block_bwd.values()),
-            Target.HEAD_FORWARD: sum(self._head_parts(Target.HEAD_FORWARD, values).values()),
-            Target.HEAD_BACKWARD: sum(self._head_parts(Target.HEAD_BACKWARD, values).values()),
+            Target.HEAD_FORWARD: sum(parts.head_forward.values()),
+            Target.HEAD_BACKWARD: sum(parts.head_backward.values()),
         }
         floors = {
             Target.EMBEDDING_FORWARD: 0.0,
@@ -311,27 +316,25 @@ class CostModel:
                 clamped.append(target.value)
                 value = floor
             out[target] = value
-        recompute = self._recompute(block_fwd)
+        k = self.compute_scale
+        recompute = self._recompute(block_fwd) * k
         return UnitTimes(
-            embedding_forward_s=out[Target.EMBEDDING_FORWARD],
-            embedding_backward_s=out[Target.EMBEDDING_BACKWARD],
-            block_forward_s=out[Target.BLOCK_FORWARD],
-            block_backward_s=out[Target.BLOCK_BACKWARD] + recompute,
-            head_forward_s=out[Target.HEAD_FORWARD],
-            head_backward_s=out[Target.HEAD_BACKWARD],
+            embedding_forward_s=out[Target.EMBEDDING_FORWARD] * k,
+            embedding_backward_s=out[Target.EMBEDDING_BACKWARD] * k,
+            block_forward_s=out[Target.BLOCK_FORWARD] * k,
+            block_backward_s=out[Target.BLOCK_BACKWARD] * k + recompute,
+            head_forward_s=out[Target.HEAD_FORWARD] * k,
+            head_backward_s=out[Target.HEAD_BACKWARD] * k,
             block_recompute_s=recompute,
             roofline_clamped=tuple(clamped),
+            tensor_duty_cycle=parts.tensor_duty_cycle,
+            matmul_clock_ratio=parts.matmul_clock_ratio,
         )
 
     def block_work(self, micro_batch: int) -> tuple[WorkSplit, WorkSplit]:
         """One block's forward and backward (without recompute) by kind of work."""
-        s = self.training.seq_len_tokens
-        values = feature_values(self.model, micro_batch, s)
-        tokens = micro_batch * s
-        return (
-            self._work(self._block_parts(Target.BLOCK_FORWARD, values, tokens)),
-            self._work(self._block_parts(Target.BLOCK_BACKWARD, values, tokens)),
-        )
+        parts = self._step_parts(micro_batch)
+        return self._work(parts.block_forward), self._work(parts.block_backward)
 
     def shard_ranks(self, nodes: int, gpus_per_node: int) -> int:
         """Ranks the sharded state is spread over (the island, or one HSDP shard group)."""
@@ -341,7 +344,7 @@ class CostModel:
         """Optimizer step on one rank whose shard is ``total_params / ranks`` parameters
         (pass the shard-group size under HSDP)."""
         values = feature_values(self.model, 0, 0, params_local=self.model.total_params / ranks)
-        return sum(self._split(Target.OPTIMIZER_STEP, values).values())
+        return sum(self._split(Target.OPTIMIZER_STEP, values).values()) * self.compute_scale
 
     def fsdp_copy_seconds(self, params: float) -> tuple[float, float]:
         """FSDP2's copies around the collectives of one unit: (after an all_gather: split
@@ -350,7 +353,7 @@ class CostModel:
         t = self.training
         bw = self.gpu.hbm_bandwidth_bytes_per_s * self.gpu.memory_efficiency
         c, r = t.compute_bytes, t.grad_reduce_bytes
-        return params * 2 * c / bw, params * (c + r) / bw
+        return params * 2 * c / bw * self.compute_scale, params * (c + r) / bw
 
     # ---- communication --------------------------------------------------------------------
     def link_fit(self, collective: str, nodes: int) -> CollectiveFit:
@@ -405,6 +408,31 @@ class CostModel:
             return rs + self.replica_all_reduce_seconds(shard, replicas, gpus_per_node)
         return self.collective_seconds("reduce_scatter", payload, nodes, gpus_per_node)
 
+    def contention_scale(self, nodes: int, gpus_per_node: int) -> float:
+        """Bytes per second this island's FSDP collectives push through each GPU, relative to
+        the same collectives inside one NVLink domain (≤ 1). Overlapped communication slows
+        compute by taking HBM bandwidth, SM issue slots and power in proportion to the bytes
+        it moves; the contention constant of `shardmeter.sim.fsdp` was measured on collectives
+        that ran at intra-node speed, and a ring throttled by slower NICs moves
+        proportionally fewer bytes per second while it overlaps compute."""
+        if nodes <= 1:
+            return 1.0
+        t = self.training
+        params = self.payloads().block_params
+        intra = self.coefficients.communication[LinkRole.INTRA_NODE]
+        ranks = nodes * gpus_per_node
+        work = [
+            ("all_gather", params * t.compute_bytes),
+            ("reduce_scatter", params * t.grad_reduce_bytes),
+        ]
+        actual = self.gather_seconds(params, nodes, gpus_per_node) + self.gradient_sync_seconds(
+            params, nodes, gpus_per_node
+        )
+        reference = sum(ring_seconds(c, b, 1, ranks, intra[c], intra[c]) for c, b in work)
+        if actual <= 0:
+            return 1.0
+        return min(1.0, reference / actual)
+
     def gather_seconds(self, params: float, nodes: int, gpus_per_node: int) -> float:
         """All-gather one unit's parameters over the shard group."""
         t = self.training
@@ -425,7 +453,7 @@ class CostModel:
         """
         local = fragment_params / ranks
         values = feature_values(self.model, 0, 0, params_local=local)
-        seconds = sum(self._split(Target.OPTIMIZER_STEP, values).values())
+        seconds = sum(self._split(Target.OPTIMIZER_STEP, values).values()) * self.compute_scale
         if not state_on_gpu:
             seconds += 2 * 4 * local / HOST_LINK_BYTES_PER_S
         return seconds

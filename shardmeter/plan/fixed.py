@@ -21,6 +21,7 @@ from shardmeter.sim.scenario import (
     simulate_islands,
 )
 from shardmeter.sim.settings import SettingsChoice, search_settings
+from shardmeter.spec.training import GradientSync
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,8 @@ class FixedGroup:
     gpus_per_node: int
     micro_batch: int
     accumulation: int
+    gradient_sync: GradientSync | None = None
+    """The FSDP gradient-accumulation mode (None: the training spec's)."""
 
 
 @dataclass(frozen=True)
@@ -69,7 +72,9 @@ def evaluate_fixed(
         pool = pools[g.pool]
         cm = models.setdefault(g.pool, CostModel(spec.model, t, pool, coefficients.get(g.pool)))
         shape = IslandShape(g.nodes, g.gpus_per_node)
-        step = IslandStepModel(cm, shape, g.micro_batch).step_s(g.accumulation)
+        step = IslandStepModel(cm, shape, g.micro_batch, gradient_sync=g.gradient_sync).step_s(
+            g.accumulation
+        )
         steps.append(step)
         for k in range(g.count):
             islands.append(DiLoCoIsland(f"{g.pool}-{k}", cm, shape, step))
@@ -89,7 +94,13 @@ def evaluate_fixed(
         def all_reduce(f: int) -> list[float]:
             return fragment_all_reduce_seconds(spec.model, spec.strategy, link, len(islands), f)
 
-        recommended = search_settings(sync_every, slowest, all_reduce, spec.model.num_layers)
+        recommended = search_settings(
+            sync_every,
+            slowest,
+            all_reduce,
+            spec.model.num_layers,
+            max_delay=spec.strategy.max_fragment_sync_delay,
+        )
     tokens_per_s = t.global_batch_tokens / eff
     hours = t.total_tokens / tokens_per_s / 3600
     mfu = (

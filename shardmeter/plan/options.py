@@ -1,56 +1,62 @@
-"""Per-pool island options: shapes (N nodes × G GPUs per node), the micro-batch/accumulation
-configurations each shape can run, and the options (k identical islands of one shape) a plan
-may pick from a pool.
+"""Per-pool island options: the island shapes each pool can offer (with their configuration
+tables, `shardmeter.plan.configs`) and the options a plan may take from a pool.
 
-**Search space** (documented once, used by the optimizer and by the brute-force tests):
+**Search space** (documented once; the brute-force reference in ``tests/`` enumerates it on
+its own):
 
 * a plan takes from each pool either nothing or k identical islands of one shape N × G
   (G divides the pool's GPUs per node; islands never share nodes: k·N ≤ the pool's nodes),
-  as in the paper's Fig. 8 (e.g. "9×1×8 H200 + 1×9×8 A100");
-* each island runs micro-batch b (sequences per GPU) with gradient accumulation A; b is tried
-  at powers of two and at the memory maxima (with and without accumulation, which keeps all
-  unsharded gradients resident), A from 1 up to what the global batch allows;
-* per GPU count only the shape with the fewest nodes is considered (2×4 is never tried beside
-  1×8): it uses fewer nodes, its collectives cross no slower link, and memory depends only on
-  the GPU count, so the others can only tie or lose.
-
-For each shape the (step seconds, sequences per step) pairs of all configurations are
-reduced to their Pareto list: step time ascending, sequences strictly ascending. Step time
-at any A comes from two simulations (see `IslandStepModel`).
+  as in the paper's Fig. 8 (e.g. "9×1×8 H200 + 1×9×8 A100"); all islands of a pool run the
+  same micro-batch and accumulation;
+* islands of different pools may run different micro-batches and accumulations; with
+  ``runtime: torchtitan-ft`` they process the same number of sequences per inner step, with
+  ``runtime: weighted`` any numbers that add up to the global batch (within its tolerance);
+* a shape that needs more nodes for the same GPU count than another is left out only when
+  the other's every FSDP task is at most as long at every micro-batch (then it is never
+  slower, uses fewer nodes and costs the same); otherwise both are searched.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
 from shardmeter.cost.coefficients import CoefficientsDocument
 from shardmeter.cost.model import CostModel
-from shardmeter.plan.schema import ConstraintsSpec, PlanPool, PlanSpec
-from shardmeter.sim.scenario import IslandShape, IslandStepModel
-from shardmeter.spec.training import StrategyKind
+from shardmeter.plan.configs import (
+    BatchGrid,
+    ConfigVariant,
+    ShapeTable,
+    build_shape_table,
+    candidate_shapes,
+    class_key,
+    config_variants,
+    micro_batch_plan,
+    shape_dominates,
+    variant_cost_model,
+)
+from shardmeter.plan.schema import PlanPool, PlanSpec
+from shardmeter.sim.scenario import IslandShape
+from shardmeter.spec.training import GradientSync, StrategyKind
 
-
-@dataclass(frozen=True)
-class Config:
-    step_s: float
-    sequences: int
-    """Sequences one island processes per optimizer step: A·b·N·G."""
-    micro_batch: int
-    accumulation: int
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+UNUSED_RANK = 1 << 30
+"""Tie-break rank of a pool a layout does not use (after every option)."""
 
 
 @dataclass
-class ShapeProfile:
-    shape: IslandShape
-    configs: list[Config]
-    """Pareto list: step_s ascending, sequences strictly ascending."""
-    outer_step_s: float
-    """DiLoCo outer optimizer step of the whole model on one rank of this shape."""
-    models: dict[int, IslandStepModel] = field(repr=False, default_factory=dict)
+class PoolContext:
+    pool: PlanPool
+    index: int
+    cost_model: CostModel
+    node_limit: int
+    shapes: list[ShapeTable]
+    notes: list[str]
+    """Why shapes were left out (memory, batch), for reports and infeasibility messages."""
 
 
 @dataclass(frozen=True)
@@ -59,6 +65,7 @@ class PoolOption:
 
     pool: int
     shape: int
+    """Index into the pool's ``shapes``."""
     islands: int
     nodes_used: int
     gpus: int
@@ -66,175 +73,189 @@ class PoolOption:
 
 
 @dataclass
-class PoolContext:
-    pool: PlanPool
-    index: int
-    cost_model: CostModel
-    shapes: list[ShapeProfile]
+class OptionTable:
+    """Every option of every pool as flat arrays, and the shapes' step tables stacked."""
+
     options: list[PoolOption]
-    notes: list[str]
-    """Why shapes were left out (memory, constraints), for infeasibility messages."""
+    pool: IntArray
+    row: IntArray
+    """Row of the option's shape in ``steps``."""
+    islands: IntArray
+    nodes: IntArray
+    gpus: IntArray
+    ranks: IntArray
+    usd_per_hour: FloatArray
+    outer_step_s: FloatArray
+    peak_flops: FloatArray
+    """Peak FLOP/s of all the option's GPUs together."""
+    steps: FloatArray
+    """(shape rows × cells): least step seconds of one island for c·u sequences."""
+    min_cell: IntArray
+    """Per row: the fewest cells one island can process."""
+    shape_of_row: list[ShapeTable]
+    tie_rank: IntArray
+    """Per option: its rank within its pool by (islands, nodes per island, GPUs per node) —
+    of two layouts that tie on time, cost, nodes and islands the one whose pools, in order,
+    use lower-ranked options (used before unused) is kept."""
+
+    def by_pool(self, n_pools: int) -> list[IntArray]:
+        return [np.flatnonzero(self.pool == p) for p in range(n_pools)]
 
 
-def micro_batch_candidates(upper: int, maxima: Sequence[int]) -> list[int]:
-    """Powers of two up to ``upper`` plus the memory maxima (≤ upper)."""
-    out = {1 << i for i in range(upper.bit_length()) if (1 << i) <= upper}
-    out.update(m for m in maxima if 1 <= m <= upper)
-    return sorted(out)
+def max_islands(spec: PlanSpec) -> int:
+    return 1 if spec.strategy.kind is StrategyKind.FSDP else spec.constraints.max_islands
 
 
-def pareto(configs: list[Config]) -> list[Config]:
-    ordered = sorted(configs, key=lambda c: (c.step_s, -c.sequences, c.micro_batch))
-    out: list[Config] = []
-    for c in ordered:
-        if not out or c.sequences > out[-1].sequences:
-            out.append(c)
-    return out
+class ShapeCache:
+    """Shape tables shared by pools whose islands run at the same speed (`class_key`)."""
 
+    def __init__(self, spec: PlanSpec, grid: BatchGrid) -> None:
+        self.spec = spec
+        self.grid = grid
+        self.variants: list[ConfigVariant] = config_variants(spec)
+        self._tables: dict[tuple[str, int, int], ShapeTable | None] = {}
+        self._dominated: dict[tuple[str, int, int, int, int], bool] = {}
+        self._variant_models: dict[str, list[tuple[ConfigVariant, CostModel]]] = {}
 
-def _candidate_shapes(
-    cm: CostModel, constraints: ConstraintsSpec, node_limit: int
-) -> list[IslandShape]:
-    """Shapes allowed by the constraints: per GPU count, the one with the fewest nodes."""
-    pool = cm.pool
-    best: dict[int, IslandShape] = {}
-    for g in range(pool.gpus_per_node, 0, -1):
-        if pool.gpus_per_node % g:
-            continue
-        for n in range(1, node_limit + 1):
-            p = n * g
-            if p < constraints.min_gpus_per_island or p in best:
-                continue
-            if constraints.max_gpus_per_island is not None and p > constraints.max_gpus_per_island:
-                continue
-            if constraints.max_gpus is not None and p > constraints.max_gpus:
-                continue
-            best[p] = IslandShape(n, g)
-    return [best[p] for p in sorted(best)]
+    def table(self, cm: CostModel, key: str, shape: IslandShape) -> ShapeTable | None:
+        k = (key, shape.nodes, shape.gpus_per_node)
+        if k not in self._tables:
+            spec = self.spec
+            self._tables[k] = build_shape_table(
+                cm,
+                self._variants(cm, key),
+                shape,
+                self.grid,
+                spec.strategy.outer_state_on_gpu and spec.strategy.is_diloco,
+                spec.model.total_params,
+            )
+        return self._tables[k]
+
+    def dominated(self, cm: CostModel, key: str, shape: IslandShape, by: IslandShape) -> bool:
+        """``by`` (same GPUs, fewer nodes) is never slower than ``shape`` on this kind of pool."""
+        k = (key, shape.nodes, shape.gpus_per_node, by.nodes, by.gpus_per_node)
+        if k not in self._dominated:
+            variants = self._variants(cm, key)
+            on_gpu = self.spec.strategy.outer_state_on_gpu and self.spec.strategy.is_diloco
+            plans = micro_batch_plan(variants, shape, self.grid, on_gpu)
+            mine = micro_batch_plan(variants, by, self.grid, on_gpu)
+            fits = all(
+                a.b_max >= b.b_max and a.b_acc >= b.b_acc for a, b in zip(mine, plans, strict=True)
+            )
+            bs = sorted({b for p in plans for b in p.micro_batches})
+            self._dominated[k] = fits and shape_dominates(variants, by, shape, bs)
+        return self._dominated[k]
+
+    def _variants(self, cm: CostModel, key: str) -> list[tuple[ConfigVariant, CostModel]]:
+        if key not in self._variant_models:
+            self._variant_models[key] = [(v, variant_cost_model(cm, v)) for v in self.variants]
+        return self._variant_models[key]
 
 
 def build_pool_context(
-    spec: PlanSpec, pool: PlanPool, index: int, coefficients: CoefficientsDocument | None
+    spec: PlanSpec,
+    pool: PlanPool,
+    index: int,
+    coefficients: CoefficientsDocument | None,
+    cache: ShapeCache,
 ) -> PoolContext:
     cm = CostModel(spec.model, spec.training, pool, coefficients)
-    constraints = spec.constraints
+    c = spec.constraints
     node_limit = pool.nodes if pool.max_nodes is None else min(pool.nodes, pool.max_nodes)
-    seqs = spec.training.global_batch_sequences
-    limit = int(np.floor(seqs * (1 + constraints.global_batch_tolerance) + 1e-9))
-    on_gpu = spec.strategy.outer_state_on_gpu and spec.strategy.is_diloco
+    key = class_key(cm)
+    grid = cache.grid
     notes: list[str] = []
-    shapes: list[ShapeProfile] = []
-    for shape in _candidate_shapes(cm, constraints, node_limit):
-        p = shape.ranks
-        b1 = cm.max_micro_batch(p, 1, on_gpu)
-        if b1 < 1:
-            notes.append(f"{shape}: does not fit in memory")
+    shapes: list[ShapeTable] = []
+    by_ranks = candidate_shapes(pool.gpus_per_node, node_limit, c.min_gpus_per_island, c.max_gpus)
+    for r, group in by_ranks.items():
+        if c.max_gpus_per_island is not None and r > c.max_gpus_per_island:
             continue
-        if p > limit:
-            notes.append(f"{shape}: one sequence per GPU exceeds the global batch")
+        if r > grid.limit:
+            notes.append(
+                f"{group[0]}: one sequence per GPU is {r} sequences, above the global batch "
+                f"limit of {grid.limit}"
+            )
             continue
-        b_acc = cm.max_micro_batch(p, 2, on_gpu)
-        upper = min(b1, limit // p)
-        configs, models = [], {}
-        for b in micro_batch_candidates(upper, (b1, b_acc)):
-            model = IslandStepModel(cm, shape, b)
-            models[b] = model
-            configs.append(Config(model.step_s(1), b * p, b, 1))
-            if b <= b_acc and 2 * b * p <= limit:
-                configs += [
-                    Config(model.step_s(a), a * b * p, b, a) for a in range(2, limit // (b * p) + 1)
-                ]
-        shapes.append(
-            ShapeProfile(
-                shape,
-                pareto(configs),
-                cm.outer_step_seconds(spec.model.total_params, p, on_gpu),
-                models,
-            )
-        )
-    options: list[PoolOption] = []
-    fsdp = spec.strategy.kind is StrategyKind.FSDP
-    max_islands = 1 if fsdp else constraints.max_islands
-    for si, prof in enumerate(shapes):
-        for k in range(1, max_islands + 1):
-            nodes = k * prof.shape.nodes
-            gpus = k * prof.shape.ranks
-            if nodes > node_limit or (
-                constraints.max_gpus is not None and gpus > constraints.max_gpus
-            ):
+        kept: list[IslandShape] = []
+        for shape in group:
+            if any(cache.dominated(cm, key, shape, by) for by in kept):
+                continue
+            table = cache.table(cm, key, shape)
+            if table is None:
+                if shape is group[0]:
+                    notes.append(f"{shape}: {_why_not(cm, spec, r)}")
+                break  # the same GPU count on more nodes fits no better
+            kept.append(shape)
+            shapes.append(table)
+    return PoolContext(pool, index, cm, node_limit, shapes, notes)
+
+
+def _why_not(cm: CostModel, spec: PlanSpec, ranks: int) -> str:
+    on_gpu = spec.strategy.outer_state_on_gpu and spec.strategy.is_diloco
+    if (
+        cm.max_micro_batch(ranks, 1, on_gpu) < 1
+        and cm.max_micro_batch(ranks, 1, on_gpu, gradient_sync=GradientSync.LAST_MICRO_BATCH) < 1
+    ):
+        return "one sequence per GPU does not fit in memory"
+    return "no micro-batch fits the global batch quantum"
+
+
+def pool_options(spec: PlanSpec, ctx: PoolContext, grid: BatchGrid) -> list[PoolOption]:
+    c = spec.constraints
+    out: list[PoolOption] = []
+    cap = max_islands(spec)
+    for si, table in enumerate(ctx.shapes):
+        first = int(table.cells[0])
+        for k in range(1, cap + 1):
+            nodes, gpus = k * table.shape.nodes, k * table.ranks
+            if nodes > ctx.node_limit or (c.max_gpus is not None and gpus > c.max_gpus):
                 break
-            if k * prof.configs[0].sequences > limit:
+            if k * first > grid.hi:
                 break
-            options.append(
-                PoolOption(index, si, k, nodes, gpus, gpus * pool.price_per_gpu_hour_usd)
+            out.append(
+                PoolOption(ctx.index, si, k, nodes, gpus, gpus * ctx.pool.price_per_gpu_hour_usd)
             )
-    return PoolContext(pool, index, cm, shapes, options, notes)
+    return out
 
 
-@dataclass
-class OptionTable:
-    """All options of all pools as flat numpy arrays (for vectorised evaluation), plus the
-    shapes' Pareto lists concatenated into segments."""
-
-    pool: npt.NDArray[np.int64]
-    islands: npt.NDArray[np.int64]
-    nodes: npt.NDArray[np.int64]
-    gpus: npt.NDArray[np.int64]
-    ranks: npt.NDArray[np.int64]
-    usd_per_hour: npt.NDArray[np.float64]
-    segment: npt.NDArray[np.int64]
-    """Index of the option's shape segment in the flat Pareto arrays."""
-    outer_step_s: npt.NDArray[np.float64]
-    peak_flops: npt.NDArray[np.float64]
-    """Peak FLOP/s of all the option's GPUs together."""
-    seg_start: npt.NDArray[np.int64]
-    seg_len: npt.NDArray[np.int64]
-    flat_step_s: npt.NDArray[np.float64]
-    flat_sequences: npt.NDArray[np.int64]
-    options: list[PoolOption]
-    shape_of_segment: list[tuple[int, int]]
-    """(pool index, shape index) of each segment."""
-
-
-def option_table(contexts: Sequence[PoolContext]) -> OptionTable:
-    seg_of: dict[tuple[int, int], int] = {}
-    starts: list[int] = []
-    lens: list[int] = []
-    steps: list[float] = []
-    seqs: list[int] = []
-    shape_of: list[tuple[int, int]] = []
+def option_table(contexts: Sequence[PoolContext], options: Sequence[PoolOption]) -> OptionTable:
+    rows: dict[int, int] = {}
+    tables: list[ShapeTable] = []
     for ctx in contexts:
-        for si, prof in enumerate(ctx.shapes):
-            seg_of[(ctx.index, si)] = len(starts)
-            shape_of.append((ctx.index, si))
-            starts.append(len(steps))
-            lens.append(len(prof.configs))
-            steps.extend(c.step_s for c in prof.configs)
-            seqs.extend(c.sequences for c in prof.configs)
-    opts = [o for ctx in contexts for o in ctx.options]
-    by_index = {ctx.index: ctx for ctx in contexts}
+        for t in ctx.shapes:
+            if id(t) not in rows:
+                rows[id(t)] = len(tables)
+                tables.append(t)
+    by_index: Mapping[int, PoolContext] = {ctx.index: ctx for ctx in contexts}
+    shape = [by_index[o.pool].shapes[o.shape] for o in options]
 
-    def ints(values: list[int]) -> npt.NDArray[np.int64]:
-        return np.asarray(values, dtype=np.int64)
+    def ints(values: Sequence[int]) -> IntArray:
+        return np.asarray(values, dtype=np.int64).reshape(-1)
 
-    def floats(values: list[float]) -> npt.NDArray[np.float64]:
-        return np.asarray(values, dtype=np.float64)
+    def floats(values: Sequence[float]) -> FloatArray:
+        return np.asarray(values, dtype=np.float64).reshape(-1)
 
-    shapes = [by_index[o.pool].shapes[o.shape] for o in opts]
+    width = len(tables[0].step_s) if tables else 1
+    rank = np.zeros(len(options), dtype=np.int64)
+    for p in {o.pool for o in options}:
+        idx = [i for i, o in enumerate(options) if o.pool == p]
+        idx.sort(
+            key=lambda i: (options[i].islands, shape[i].shape.nodes, shape[i].shape.gpus_per_node)
+        )
+        rank[idx] = np.arange(len(idx))
     return OptionTable(
-        pool=ints([o.pool for o in opts]),
-        islands=ints([o.islands for o in opts]),
-        nodes=ints([o.nodes_used for o in opts]),
-        gpus=ints([o.gpus for o in opts]),
-        ranks=ints([s.shape.ranks for s in shapes]),
-        usd_per_hour=floats([o.usd_per_hour for o in opts]),
-        segment=ints([seg_of[(o.pool, o.shape)] for o in opts]),
-        outer_step_s=floats([s.outer_step_s for s in shapes]),
-        peak_flops=floats([o.gpus * by_index[o.pool].cost_model.peak_flop_per_s for o in opts]),
-        seg_start=ints(starts),
-        seg_len=ints(lens),
-        flat_step_s=floats(steps),
-        flat_sequences=ints(seqs),
-        options=opts,
-        shape_of_segment=shape_of,
+        options=list(options),
+        pool=ints([o.pool for o in options]),
+        row=ints([rows[id(s)] for s in shape]),
+        islands=ints([o.islands for o in options]),
+        nodes=ints([o.nodes_used for o in options]),
+        gpus=ints([o.gpus for o in options]),
+        ranks=ints([s.ranks for s in shape]),
+        usd_per_hour=floats([o.usd_per_hour for o in options]),
+        outer_step_s=floats([s.outer_step_s for s in shape]),
+        peak_flops=floats([o.gpus * by_index[o.pool].cost_model.peak_flop_per_s for o in options]),
+        steps=np.stack([t.step_s for t in tables]) if tables else np.zeros((0, width)),
+        min_cell=ints([int(t.cells[0]) for t in tables]),
+        shape_of_row=tables,
+        tie_rank=rank,
     )

@@ -72,19 +72,53 @@ def plot_frontier(
     return save_figure(fig, path)
 
 
-def plot_top(plans: Sequence[PlanSummary], path: str | Path, title: str = "") -> Path:
-    """Bars: tokens/s of each plan (best first); line: its cost (paper Fig. 8)."""
+def plot_top(
+    plans: Sequence[PlanSummary],
+    path: str | Path,
+    title: str = "",
+    chosen: PlanSummary | None = None,
+    throughput_fraction: float | None = None,
+) -> Path:
+    """The paper's Fig. 8: the highest-throughput plans (best first) as bars of tokens/s with
+    their cost as a line. Bars within ``throughput_fraction`` of the best are dark, the rest
+    light; a dashed line marks the fraction; the chosen plan is starred."""
     plt = pyplot()
     n = len(plans)
     fig, ax = plt.subplots(figsize=(max(8, 0.55 * n + 3), 5.5), layout="constrained")
     x = np.arange(n)
-    ax.bar(x, [p.tokens_per_s for p in plans], color="#1f77b4", label="throughput (tokens/s)")
-    ax.set_ylabel("throughput (tokens/s)")
+    tps = np.array([p.tokens_per_s for p in plans])
+    best = float(tps.max()) if n else 0.0
+    floor = (throughput_fraction or 0.0) * best
+    within = tps >= floor * (1 - 1e-12)
+    colors = np.where(within, "#1f77b4", "#aec7e8")
+    label = (
+        f"throughput (tokens/s); dark: ≥ {throughput_fraction:.0%} of the best"
+        if throughput_fraction
+        else "throughput (tokens/s)"
+    )
+    ax.bar(x, tps, color=colors, label=label)
+    if throughput_fraction:
+        ax.axhline(floor, color="#555555", linestyle="--", linewidth=1)
+    lo = float(tps.min()) if n else 0.0
+    if n and lo > 0:  # start the axis near the plans, as the paper does
+        ax.set_ylim(bottom=max(0.0, lo - 0.15 * (best - lo + 1e-9 * best)))
+    ax.set_ylabel("throughput (tokens/s; axis not from zero)")
     ax.set_xticks(x, [p.label for p in plans], rotation=60, ha="right", fontsize=7)
     ax2 = ax.twinx()
-    ax2.plot(
-        x, [p.cost_usd for p in plans], "-o", color="#ff7f0e", markersize=4, label="cost (USD)"
-    )
+    costs = [p.cost_usd for p in plans]
+    ax2.plot(x, costs, "-o", color="#ff7f0e", markersize=4, label="cost (USD)")
+    if chosen is not None:
+        idx = [i for i, p in enumerate(plans) if p.layout == chosen.layout]
+        if idx:
+            ax2.scatter(
+                idx,
+                [costs[i] for i in idx],
+                s=180,
+                marker="*",
+                color="#2ca02c",
+                zorder=5,
+                label=f"chosen: {chosen.label}",
+            )
     ax2.set_ylabel("cost (USD)")
     handles = ax.get_legend_handles_labels()[0] + ax2.get_legend_handles_labels()[0]
     fig.legend(handles=handles, fontsize=8, loc="outside upper right", ncol=2, frameon=False)

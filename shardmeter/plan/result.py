@@ -1,19 +1,30 @@
 """Turn search output into plans people and the operator can read: island groups with their
-micro-batch, accumulation, local batch and step time; Streaming DiLoCo settings; and, for
-the chosen plan, a full re-simulation (FSDP step per island group and the DiLoCo level)."""
+micro-batch, accumulation, local batch and step time; Streaming DiLoCo settings; the paper's
+reading (saving against the fastest plan, the cost spread of plans within the throughput
+tolerance); and, for the chosen plan, a full re-simulation (FSDP step per island group and the
+DiLoCo level)."""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import numpy as np
+
 from shardmeter.plan.evaluate import Evaluation
+from shardmeter.plan.frontier import RELATIVE_TIE
+from shardmeter.plan.schema import ObjectiveKind, Runtime
 from shardmeter.plan.search import SearchOutput
 from shardmeter.sim.diloco import DiLoCoResult
 from shardmeter.sim.fsdp import StepResult
 from shardmeter.sim.outer import IslandPlacement, outer_link
-from shardmeter.sim.scenario import DiLoCoIsland, simulate_islands
-from shardmeter.sim.settings import SettingsChoice
+from shardmeter.sim.scenario import (
+    DiLoCoIsland,
+    fragment_all_reduce_seconds,
+    resolved_gradient_sync,
+    simulate_islands,
+)
+from shardmeter.sim.settings import SettingsChoice, choose_sync_every, search_settings
 from shardmeter.spec.training import StrategyKind
 
 
@@ -32,6 +43,10 @@ class IslandGroup:
     """Tokens one island processes per inner step."""
     step_s: float
     """One island's inner step."""
+    variant: str = ""
+    """Further per-configuration settings (see `shardmeter.plan.configs.ConfigVariant`)."""
+    gradient_sync: str = ""
+    """The FSDP gradient-accumulation mode the islands run (every- or last-micro-batch)."""
 
     @property
     def label(self) -> str:
@@ -58,6 +73,7 @@ class PlanSummary:
     fragment_sync_delay: int
     blocking_s_per_outer_step: float
     zero_blocking: bool
+    runtime: str
 
     @property
     def label(self) -> str:
@@ -67,6 +83,11 @@ class PlanSummary:
             g.label + (f" ({g.pool})" if gpus.count(g.gpu) > 1 else "") for g in self.groups
         )
 
+    @property
+    def layout(self) -> tuple[tuple[str, int, int, int], ...]:
+        """(pool, islands, nodes, GPUs per node) per group: what identifies a layout."""
+        return tuple((g.pool, g.count, g.nodes, g.gpus_per_node) for g in self.groups)
+
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["label"] = self.label
@@ -74,28 +95,38 @@ class PlanSummary:
 
 
 def summarise(out: SearchOutput, ev: Evaluation, i: int) -> PlanSummary:
+    """The plan of layout ``i`` of ``ev``, with its exact apportioning."""
     t = out.table
-    groups = []
+    grid = out.grid
     seq_len = out.spec.training.seq_len_tokens
+    appor = out.evaluator.apportion(ev.choice[i])
+    assert appor is not None, "a feasible layout has an apportioning"
+    _, cells = appor
+    variants = _variants(out)
+    default_sync = resolved_gradient_sync(out.contexts[0].cost_model, None).value
+    groups = []
+    total = 0
     for p, o in enumerate(ev.choice[i]):
         if o < 0:
             continue
         opt = t.options[o]
         ctx = out.contexts[opt.pool]
-        prof = ctx.shapes[opt.shape]
-        pos = int(ev.config_pos[i, p]) - int(t.seg_start[t.segment[o]])
-        cfg = prof.configs[pos]
+        table = ctx.shapes[opt.shape]
+        c = cells[p]
+        total += opt.islands * c * grid.quantum
         groups.append(
             IslandGroup(
                 pool=ctx.pool.name,
                 gpu=ctx.pool.gpu.name,
                 count=opt.islands,
-                nodes=prof.shape.nodes,
-                gpus_per_node=prof.shape.gpus_per_node,
-                micro_batch=cfg.micro_batch,
-                accumulation=cfg.accumulation,
-                local_batch_tokens=cfg.sequences * seq_len,
-                step_s=cfg.step_s,
+                nodes=table.shape.nodes,
+                gpus_per_node=table.shape.gpus_per_node,
+                micro_batch=int(table.micro_batch[c]),
+                accumulation=int(table.accumulation[c]),
+                local_batch_tokens=c * grid.quantum * seq_len,
+                step_s=float(table.step_s[c]),
+                variant=variants[int(table.variant[c])].name,
+                gradient_sync=str(variants[int(table.variant[c])].gradient_sync or default_sync),
             )
         )
     return PlanSummary(
@@ -104,7 +135,7 @@ def summarise(out: SearchOutput, ev: Evaluation, i: int) -> PlanSummary:
         gpus=int(ev.gpus[i]),
         step_s=float(ev.step_s[i]),
         effective_step_s=float(ev.effective_step_s[i]),
-        global_batch_tokens=int(ev.sequences[i]) * seq_len,
+        global_batch_tokens=total * seq_len,
         tokens_per_s=float(ev.tokens_per_s[i]),
         hours=float(ev.time_s[i]) / 3600,
         cost_usd=float(ev.cost_usd[i]),
@@ -115,7 +146,34 @@ def summarise(out: SearchOutput, ev: Evaluation, i: int) -> PlanSummary:
         fragment_sync_delay=int(ev.delay[i]),
         blocking_s_per_outer_step=float(ev.blocking_s[i]),
         zero_blocking=bool(ev.zero_blocking[i]),
+        runtime=out.spec.runtime.value,
     )
+
+
+def _variants(out: SearchOutput) -> list[Any]:
+    from shardmeter.plan.configs import config_variants
+
+    return config_variants(out.spec)
+
+
+@dataclass(frozen=True)
+class ToleranceSpread:
+    """The paper's reading (§V, Fig. 8): how much plans within the throughput tolerance cost."""
+
+    throughput_fraction: float
+    plans: int
+    """Plans scored with at least that share of the best throughput."""
+    min_cost_usd: float
+    max_cost_usd: float
+    cheapest: str
+    dearest: str
+    complete: bool
+    """Every plan was scored (exhaustive search); else the spread covers the plans scored."""
+
+    @property
+    def spread(self) -> float:
+        """(dearest − cheapest) / dearest."""
+        return 1 - self.min_cost_usd / self.max_cost_usd if self.max_cost_usd > 0 else 0.0
 
 
 @dataclass
@@ -128,6 +186,8 @@ class ChosenDetail:
     evidence: str
     diloco: DiLoCoResult | None = None
     outer_link: str | None = None
+    settings_reason: str = ""
+    """Why these Streaming DiLoCo settings (and, when blocking, what would hide it)."""
 
 
 @dataclass
@@ -137,6 +197,7 @@ class PlanResult:
     fastest: PlanSummary
     frontier: list[PlanSummary]
     detail: ChosenDetail
+    spread: ToleranceSpread
     coefficient_sources: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -146,23 +207,45 @@ class PlanResult:
             1.0 - self.chosen.cost_usd / self.fastest.cost_usd if self.fastest.cost_usd > 0 else 0.0
         )
 
+    @property
+    def runtime(self) -> Runtime:
+        return self.output.spec.runtime
+
+
+def tolerance_spread(out: SearchOutput, fraction: float) -> ToleranceSpread:
+    ev = out.evaluated
+    best = float(out.frontier.tokens_per_s[out.fastest])
+    within = np.flatnonzero(ev.tokens_per_s >= fraction * best * (1 - RELATIVE_TIE))
+    costs = ev.cost_usd[within]
+    lo, hi = within[int(np.argmin(costs))], within[int(np.argmax(costs))]
+    return ToleranceSpread(
+        fraction,
+        len(within),
+        float(ev.cost_usd[lo]),
+        float(ev.cost_usd[hi]),
+        summarise(out, ev, int(lo)).label,
+        summarise(out, ev, int(hi)).label,
+        out.stats.mode == "exhaustive",
+    )
+
 
 def simulate_chosen(out: SearchOutput, plan: PlanSummary, rounds: int = 3) -> ChosenDetail:
     by_pool = {c.pool.name: c for c in out.contexts}
     steps, islands, placements = [], [], []
     for g in plan.groups:
         ctx = by_pool[g.pool]
-        prof = next(
+        table = next(
             s
             for s in ctx.shapes
             if s.shape.nodes == g.nodes and s.shape.gpus_per_node == g.gpus_per_node
         )
-        model = prof.models[g.micro_batch]
+        variant = next(i for i, v in enumerate(_variants(out)) if v.name == g.variant)
+        model = table.models[(variant, g.micro_batch)]
         step = model.simulate(g.accumulation)
         steps.append(step)
         for k in range(g.count):
-            islands.append(DiLoCoIsland(f"{g.pool}-{k}", ctx.cost_model, prof.shape, step.step_s))
-            placements.append(IslandPlacement(ctx.cost_model, prof.shape.ranks))
+            islands.append(DiLoCoIsland(f"{g.pool}-{k}", ctx.cost_model, table.shape, step.step_s))
+            placements.append(IslandPlacement(ctx.cost_model, table.ranks))
     binding = max(range(len(steps)), key=lambda i: steps[i].step_s)
     bottleneck, evidence = (
         steps[binding].verdict,
@@ -183,6 +266,7 @@ def simulate_chosen(out: SearchOutput, plan: PlanSummary, rounds: int = 3) -> Ch
         )
         outcome = simulate_islands(spec.model, spec.strategy, islands, link, choice, rounds)
         detail.diloco, detail.outer_link = outcome.result, link.description
+        detail.settings_reason = _settings_reason(out, plan, link, len(islands))
         if outcome.result.blocking_s_per_outer_step > 1e-9:
             detail.bottleneck = "outer-step-bound"
             detail.evidence = (
@@ -192,11 +276,63 @@ def simulate_chosen(out: SearchOutput, plan: PlanSummary, rounds: int = 3) -> Ch
     return detail
 
 
+def _settings_reason(out: SearchOutput, plan: PlanSummary, link: Any, islands: int) -> str:
+    """The scalar settings search's explanation for the chosen plan (guard-rails named)."""
+    spec = out.spec
+    strat = spec.strategy
+
+    def all_reduce(f: int) -> list[float]:
+        return fragment_all_reduce_seconds(spec.model, strat, link, islands, f)
+
+    if strat.kind is StrategyKind.DILOCO:
+        return (
+            f"blocking DiLoCo: every {plan.sync_every} inner steps all islands wait for the "
+            f"whole model's all_reduce ({all_reduce(1)[0]:.3g} s)"
+        )
+    fixed_f = strat.fragments if isinstance(strat.fragments, int) else None
+    fixed_tau = strat.fragment_sync_delay if isinstance(strat.fragment_sync_delay, int) else None
+    if isinstance(strat.sync_every, int):
+        c = search_settings(
+            strat.sync_every,
+            plan.step_s,
+            all_reduce,
+            spec.model.num_layers,
+            fixed_f,
+            fixed_tau,
+            max_delay=strat.max_fragment_sync_delay,
+        )
+    else:
+        c = choose_sync_every(
+            plan.step_s,
+            all_reduce,
+            spec.model.num_layers,
+            fixed_f,
+            fixed_tau,
+            max_sync_every=strat.max_sync_every,
+            max_delay=strat.max_fragment_sync_delay,
+        )
+    if c.zero_blocking:
+        return c.reason
+    return (
+        f"blocking cannot be hidden within the convergence guard-rails (maxSyncEvery "
+        f"{strat.max_sync_every}, maxFragmentSyncDelay {strat.max_fragment_sync_delay}): "
+        + c.reason
+    )
+
+
 def build_result(out: SearchOutput) -> PlanResult:
     f = out.frontier
     frontier = [summarise(out, f, i) for i in range(len(f))]
     chosen = frontier[out.chosen]
     sources = {c.pool.name: c.cost_model.coefficients.source.value for c in out.contexts}
+    obj = out.spec.objective
+    fraction = obj.throughput_fraction if obj.kind is ObjectiveKind.THROUGHPUT_FRACTION else 0.99
     return PlanResult(
-        out, chosen, frontier[out.fastest], frontier, simulate_chosen(out, chosen), sources
+        out,
+        chosen,
+        frontier[out.fastest],
+        frontier,
+        simulate_chosen(out, chosen),
+        tolerance_spread(out, fraction),
+        sources,
     )

@@ -34,6 +34,19 @@ class ObjectiveKind(StrEnum):
     """Cheapest plan finishing within ``timeBudgetHours``."""
 
 
+class Runtime(StrEnum):
+    """What the training runtime can express decides how the global batch may be split."""
+
+    TORCHTITAN_FT = "torchtitan-ft"
+    """torchtitan's torchft trainer (what the operator launches): DiLoCo pseudo-gradients are
+    averaged *unweighted* across islands, so every island must process the same number of
+    tokens per inner step. Islands may still differ in GPUs, micro-batch and accumulation."""
+    WEIGHTED = "weighted"
+    """The paper's ideal: islands process different numbers of tokens per inner step and the
+    outer step weights their pseudo-gradients by tokens. No runtime the operator launches does
+    this weighting; use it for what-if studies such as the paper's case study."""
+
+
 class ObjectiveSpec(SpecModel):
     model_config = SpecModel.model_config | {
         "json_schema_extra": {
@@ -120,6 +133,19 @@ class PlanRequest(SpecModel):
     strategy: StrategySpec = Field(default_factory=StrategySpec)
     constraints: ConstraintsSpec = Field(default_factory=ConstraintsSpec)
     objective: ObjectiveSpec = Field(default_factory=ObjectiveSpec)
+    runtime: Runtime = Runtime.TORCHTITAN_FT
+    """The runtime the plan targets: torchtitan-ft (default; equal tokens per island and
+    inner step, what the operator launches) or weighted (the paper's token-weighted ideal)."""
+
+    @model_validator(mode="after")
+    def _fragments_fit_the_model(self) -> PlanRequest:
+        f, layers = self.strategy.fragments, self.model.num_layers
+        if isinstance(f, int) and f > layers:
+            raise ValueError(
+                f"strategy.fragments {f} > the model's {layers} blocks; a fragment holds at "
+                f"least one block — use fragments ≤ {layers} or auto"
+            )
+        return self
 
 
 class PlanSpec(PlanRequest):

@@ -1,41 +1,59 @@
-"""Enumerate candidate plans, keep the cost/runtime Pareto frontier, pick the objective's plan.
+"""Build the search space, search it, keep the cost/runtime Pareto frontier and pick the
+objective's plan.
 
-Small searches (the paper's case study) are exhaustive: every combination of per-pool options
-is scored in vectorised batches, giving the exact frontier. Large ones (many pools) use
-branch and bound (`shardmeter.plan.bnb`) for the objective's exact optimum. Tests compare
-both with brute force.
+Small searches (the paper's case study) score every layout: the exact frontier and the full
+cloud of plans. Large ones run branch and bound (`shardmeter.plan.bnb`) for the objective's
+exact optimum — for ``throughput-fraction`` first the fastest plan, then the cheapest plan
+within the allowed slowdown. ``time_limit_s`` stops the search early with the best plan found
+and the proven gap to the optimum.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-
-import numpy as np
-import numpy.typing as npt
 
 from shardmeter.cost.coefficients import CoefficientsDocument
 from shardmeter.errors import InfeasibleError
-from shardmeter.plan.bnb import BranchAndBound, admissible
-from shardmeter.plan.evaluate import OK, REASONS, Evaluation, Evaluator
-from shardmeter.plan.options import OptionTable, PoolContext, build_pool_context, option_table
+from shardmeter.plan.bnb import Goal, PassStats, ProgressCallback, TreeSearch
+from shardmeter.plan.configs import (
+    MAX_CELLS,
+    MICRO_BATCH_BUDGET,
+    SAMPLED_MICRO_BATCHES,
+    BatchGrid,
+)
+from shardmeter.plan.evaluate import Evaluation, Evaluator
+from shardmeter.plan.frontier import pareto_frontier, select
+from shardmeter.plan.infeasible import no_option_reason, no_plan_reason
+from shardmeter.plan.options import (
+    OptionTable,
+    PoolContext,
+    ShapeCache,
+    build_pool_context,
+    max_islands,
+    option_table,
+    pool_options,
+)
 from shardmeter.plan.schema import ObjectiveKind, PlanSpec
 
-IntArray = npt.NDArray[np.int64]
-EXHAUSTIVE_LIMIT = 100_000
-"""Largest candidate count searched exhaustively; above it, branch and bound."""
-BATCH = 50_000
-Progress = Callable[[int], None]
+EXHAUSTIVE_LIMIT = 200_000
+"""Searches with at most this many layouts (an upper estimate) score every one."""
 
 
 @dataclass
 class SearchStats:
     mode: str
+    """``exhaustive``, ``frontier`` or ``objective``."""
     candidates_evaluated: int
     seconds: float
     frontier_size: int
+    proven: bool
+    """The returned plan is the objective's proven optimum (over the search space)."""
+    gap: float | None
+    """When not proven: (value − proven lower bound) / value of the objective's figure."""
+    passes: list[PassStats] = field(default_factory=list)
+    layouts_estimate: int = 0
 
 
 @dataclass
@@ -45,7 +63,7 @@ class SearchOutput:
     table: OptionTable
     evaluator: Evaluator
     evaluated: Evaluation
-    """Every feasible candidate scored (exhaustive) or the ones branch and bound scored."""
+    """Every feasible layout scored (all of them when exhaustive)."""
     frontier: Evaluation
     """Pareto frontier, sorted by time ascending (cost descending)."""
     chosen: int
@@ -54,205 +72,160 @@ class SearchOutput:
     stats: SearchStats
     notes: list[str] = field(default_factory=list)
 
-
-def pareto_frontier(ev: Evaluation) -> Evaluation:
-    """Feasible candidates not dominated in (time, cost); ties broken by fewer nodes, fewer
-    islands, then the candidate's option indices, so the result is deterministic."""
-    ok = ev.subset(ev.feasible)
-    if len(ok) == 0:
-        return ok
-    keys = [ok.choice[:, j] for j in range(ok.choice.shape[1] - 1, -1, -1)]
-    order = np.lexsort((*keys, ok.islands, ok.nodes, ok.cost_usd, ok.time_s))
-    keep, best = [], math.inf
-    for i in order:
-        if ok.cost_usd[i] < best:
-            keep.append(i)
-            best = ok.cost_usd[i]
-    return ok.subset(np.asarray(keep, dtype=np.int64))
+    @property
+    def grid(self) -> BatchGrid:
+        return self.evaluator.grid
 
 
-def merge_frontier(a: Evaluation | None, b: Evaluation) -> Evaluation:
-    return pareto_frontier(b if a is None or len(a) == 0 else Evaluation.concat([a, b]))
+def layouts_estimate(spec: PlanSpec, table: OptionTable, n_pools: int) -> int:
+    """An upper estimate of the layouts: the product over pools of (options + 1)."""
+    total = 1
+    for p in range(n_pools):
+        total *= int((table.pool == p).sum()) + 1
+        if total > 10**15:
+            break
+    return total
 
 
-def select(frontier: Evaluation, spec: PlanSpec) -> tuple[int, int]:
-    """(chosen, fastest) indices into the frontier for the objective."""
-    obj = spec.objective
-    n = len(frontier)
-    fastest = 0
-    if obj.kind is ObjectiveKind.MIN_TIME:
-        return 0, fastest
-    if obj.kind is ObjectiveKind.MIN_COST:
-        return n - 1, fastest
-    if obj.kind is ObjectiveKind.THROUGHPUT_FRACTION:
-        floor = obj.throughput_fraction * frontier.tokens_per_s[0] * (1 - 1e-12)
-        ok = np.flatnonzero(frontier.tokens_per_s >= floor)
-        return int(ok[-1]), fastest
-    if obj.kind is ObjectiveKind.COST_BUDGET:
-        assert obj.cost_budget_usd is not None
-        ok = np.flatnonzero(frontier.cost_usd <= obj.cost_budget_usd)
-        if not len(ok):
-            raise InfeasibleError(
-                f"no plan costs ≤ ${obj.cost_budget_usd:,.0f}; the cheapest costs "
-                f"${frontier.cost_usd[-1]:,.0f} — raise objective.costBudgetUsd",
-                "objective.costBudgetUsd",
-            )
-        return int(ok[0]), fastest
-    assert obj.time_budget_hours is not None
-    ok = np.flatnonzero(frontier.time_s <= obj.time_budget_hours * 3600)
-    if not len(ok):
+def build_space(
+    spec: PlanSpec, coefficients: dict[str, CoefficientsDocument | None]
+) -> tuple[BatchGrid, list[PoolContext], OptionTable]:
+    grid = BatchGrid.of(spec)
+    pools = spec.usable_pools()
+    if not pools:
         raise InfeasibleError(
-            f"no plan finishes within {obj.time_budget_hours:g} h; the fastest takes "
-            f"{frontier.time_s[0] / 3600:,.1f} h — raise objective.timeBudgetHours",
-            "objective.timeBudgetHours",
+            "no pool is allowed: constraints.allowedPools is empty — name at least one of "
+            + ", ".join(p.name for p in spec.pools),
+            "constraints.allowedPools",
         )
-    return int(ok[-1]), fastest
+    cache = ShapeCache(spec, grid)
+    contexts = [
+        build_pool_context(spec, pool, i, coefficients.get(pool.name), cache)
+        for i, pool in enumerate(pools)
+    ]
+    options = [o for ctx in contexts for o in pool_options(spec, ctx, grid)]
+    table = option_table(contexts, options)
+    if not options:
+        raise InfeasibleError(no_option_reason(spec, contexts, grid), "pools")
+    return grid, contexts, table
 
 
-def _per_pool_choices(contexts: Sequence[PoolContext], table: OptionTable) -> list[IntArray]:
-    out = []
-    for ctx in contexts:
-        idx = np.flatnonzero(table.pool == ctx.index)
-        out.append(np.concatenate([[-1], idx]).astype(np.int64))
-    return out
+def _passes(tree: TreeSearch, spec: PlanSpec) -> tuple[bool, float | None]:
+    """Run the objective's passes; (proven, gap)."""
+    obj = spec.objective
+    kind = obj.kind
+    if kind is ObjectiveKind.THROUGHPUT_FRACTION:
+        first = tree.run(Goal("time"), "fastest plan")
+        if not first.completed:
+            return False, _gap(first)
+        cap = first.best / obj.throughput_fraction
+        second = tree.run(Goal("cost", time_cap_s=cap), "cheapest within the throughput fraction")
+        return second.completed, None if second.completed else _gap(second)
+    if kind is ObjectiveKind.MIN_TIME:
+        p = tree.run(Goal("time"), "fastest plan")
+    elif kind is ObjectiveKind.MIN_COST:
+        p = tree.run(Goal("cost"), "cheapest plan")
+    elif kind is ObjectiveKind.COST_BUDGET:
+        p = tree.run(
+            Goal("time", cost_cap_usd=float(obj.cost_budget_usd or math.inf)),
+            "fastest within budget",
+        )
+    else:
+        p = tree.run(
+            Goal("cost", time_cap_s=float(obj.time_budget_hours or math.inf) * 3600),
+            "cheapest within the time budget",
+        )
+    return p.completed, None if p.completed else _gap(p)
 
 
-def _exhaustive(
-    spec: PlanSpec,
-    table: OptionTable,
-    evaluator: Evaluator,
-    choices: list[IntArray],
-    progress: Progress | None,
-) -> tuple[Evaluation, int]:
-    sizes = [len(c) for c in choices]
-    total = math.prod(sizes)
-    parts, count = [], 0
-    for start in range(0, total, BATCH):
-        flat = np.arange(start, min(total, start + BATCH), dtype=np.int64)
-        idx = np.stack(np.unravel_index(flat, sizes), axis=1)
-        choice = np.stack([choices[p][idx[:, p]] for p in range(len(choices))], axis=1)
-        choice = choice[admissible(spec, table, choice)]
-        if len(choice):
-            ev = evaluator.evaluate(choice)
-            parts.append(ev.subset(ev.feasible))
-            count += len(choice)
-        if progress:
-            progress(len(flat))
-    return (
-        Evaluation.concat(parts)
-        if parts
-        else evaluator.evaluate(np.zeros((0, len(choices)), np.int64))
-    ), count
+def _gap(p: PassStats) -> float | None:
+    if not math.isfinite(p.best) or p.best <= 0:
+        return None
+    return max(0.0, (p.best - p.bound) / p.best)
 
 
 def search(
     spec: PlanSpec,
     coefficients: dict[str, CoefficientsDocument | None] | None = None,
-    progress: Progress | None = None,
+    progress: ProgressCallback | None = None,
     force_mode: str | None = None,
+    time_limit_s: float | None = None,
 ) -> SearchOutput:
-    """Build options for every usable pool, search, and pick the objective's plan."""
+    """Build the search space, search it (see the module docstring), pick the plan."""
     started = time.perf_counter()
+    deadline = math.inf if time_limit_s is None else time.monotonic() + time_limit_s
     coefficients = coefficients or {}
-    pools = spec.usable_pools()
-    contexts = [
-        build_pool_context(spec, pool, i, coefficients.get(pool.name))
-        for i, pool in enumerate(pools)
-    ]
-    table = option_table(contexts)
-    if not table.options:
-        raise InfeasibleError(_no_option_reason(spec, contexts), "pools")
-    evaluator = Evaluator(spec, contexts, table)
-    choices = _per_pool_choices(contexts, table)
-    total = math.prod(len(c) for c in choices)
-    mode = force_mode or ("exhaustive" if total <= EXHAUSTIVE_LIMIT else "objective")
+    grid, contexts, table = build_space(spec, coefficients)
+    evaluator = Evaluator(spec, contexts, table, grid)
+    estimate = layouts_estimate(spec, table, len(contexts))
+    mode = force_mode or ("exhaustive" if estimate <= EXHAUSTIVE_LIMIT else "objective")
+    tree = TreeSearch(evaluator, progress, deadline, keep_all=True)
     notes: list[str] = []
+    proven, gap = True, None
     if mode == "exhaustive":
-        evaluated, count = _exhaustive(spec, table, evaluator, choices, progress)
-        frontier = pareto_frontier(evaluated)
+        p = tree.run(Goal("all"), "every layout")
+        proven, gap = p.completed, None
+    elif mode == "frontier":
+        p = tree.run(Goal("frontier"), "Pareto frontier")
+        proven = p.completed
+    elif mode == "objective":
+        proven, gap = _passes(tree, spec)
+        notes.append(
+            f"about {estimate:,} layouts: branch and bound "
+            + ("proved the objective's optimum" if proven else "stopped at the time limit")
+            + "; the frontier shown covers only the plans it scored"
+        )
     else:
-        bb = BranchAndBound(spec, table, evaluator, choices, merge_frontier, progress)
-        if mode == "frontier":
-            bb.frontier_search()
-        elif mode == "objective":
-            bb.objective_search(spec)
-            notes.append(
-                f"{total:,} candidate plans: branch and bound found the objective's exact optimum; "
-                "the frontier shown covers only the plans it scored"
-            )
-        else:
-            raise ValueError(f"unknown search mode {mode!r}")
-        count = bb.evaluated
-        empty = evaluator.evaluate(np.zeros((0, len(choices)), np.int64))
-        evaluated = Evaluation.concat(bb.parts) if bb.parts else empty
-        frontier = pareto_frontier(evaluated)
+        raise ValueError(f"unknown search mode {force_mode!r}")
+    evaluated = tree.evaluated()
+    frontier = pareto_frontier(evaluated) if len(evaluated) else Evaluation.empty(len(contexts))
     if len(frontier) == 0:
-        raise InfeasibleError(_no_plan_reason(spec, contexts, evaluator, choices), "constraints")
+        if not proven:
+            raise InfeasibleError(
+                f"no feasible plan found within the time limit of {time_limit_s:g} s; "
+                "raise --time-limit",
+                "time limit",
+            )
+        raise InfeasibleError(no_plan_reason(spec, contexts, table, evaluator), "constraints")
     chosen, fastest = select(frontier, spec)
-    stats = SearchStats(mode, count, time.perf_counter() - started, len(frontier))
+    if not proven:
+        notes.append(
+            "time limit reached: the plan shown is the best found"
+            + (f", within {gap:.2%} of the proven bound" if gap is not None else "")
+        )
+    notes += _exactness_notes(grid, contexts)
+    stats = SearchStats(
+        mode,
+        tree.scored,
+        time.perf_counter() - started,
+        len(frontier),
+        proven,
+        gap,
+        list(tree.passes),
+        estimate,
+    )
     return SearchOutput(
         spec, contexts, table, evaluator, evaluated, frontier, chosen, fastest, stats, notes
     )
 
 
-def _no_option_reason(spec: PlanSpec, contexts: Sequence[PoolContext]) -> str:
-    """Name the binding constraint when no pool offers a single island."""
-    from shardmeter.cost.memory import min_ranks_for_memory
-
-    c = spec.constraints
-    parts = []
-    for ctx in contexts:
-        cm = ctx.cost_model
-        need = min_ranks_for_memory(
-            spec.model,
-            spec.training,
-            float(cm.pool.gpu.memory_bytes),
-            cm.coefficients.memory,
-            1,
-            spec.strategy.outer_state_on_gpu and spec.strategy.is_diloco,
+def _exactness_notes(grid: BatchGrid, contexts: list[PoolContext]) -> list[str]:
+    notes = []
+    if not grid.exact:
+        notes.append(
+            f"the global batch limit of {grid.limit:,} sequences exceeds {MAX_CELLS:,}: islands "
+            f"process multiples of {grid.quantum} sequences (the search is exact over that grid)"
         )
-        gpu = cm.pool.gpu.name
-        if need is None:
-            parts.append(f"{spec.model.name} does not fit on any number of {gpu}")
-        elif c.max_gpus_per_island is not None and need > c.max_gpus_per_island:
-            parts.append(
-                f"{spec.model.name} needs ≥ {need} {gpu} per island for memory; "
-                f"maxGpusPerIsland is {c.max_gpus_per_island}"
-            )
-        elif c.max_gpus is not None and need > c.max_gpus:
-            parts.append(
-                f"{spec.model.name} needs ≥ {need} {gpu} per island for memory; maxGpus is {c.max_gpus}"
-            )
-        elif need > ctx.pool.total_gpus:
-            parts.append(
-                f"{spec.model.name} needs ≥ {need} {gpu} per island for memory; pool "
-                f"{ctx.pool.name!r} has {ctx.pool.total_gpus}"
-            )
-        elif ctx.notes:
-            parts.append(f"pool {ctx.pool.name!r}: " + "; ".join(ctx.notes[:3]))
-        else:
-            parts.append(
-                f"pool {ctx.pool.name!r}: one micro-step of its smallest island exceeds "
-                f"globalBatchTokens {spec.training.global_batch_tokens}"
-            )
-    return "no island fits: " + "; ".join(parts)
+    sampled = sorted({str(t.shape) for c in contexts for t in c.shapes if t.sampled})
+    if sampled:
+        notes.append(
+            f"more than {MICRO_BATCH_BUDGET} micro-batch candidates for shapes "
+            + ", ".join(sampled[:4])
+            + ("…" if len(sampled) > 4 else "")
+            + f": {SAMPLED_MICRO_BATCHES} micro-batches were tried (all small ones, then "
+            "geometrically spaced)"
+        )
+    return notes
 
 
-def _no_plan_reason(
-    spec: PlanSpec, contexts: Sequence[PoolContext], evaluator: Evaluator, choices: list[IntArray]
-) -> str:
-    # score single-pool plans to find the most common reason
-    reasons: dict[int, int] = {}
-    for col, ch in enumerate(choices):
-        opts = ch[ch >= 0]
-        if not len(opts):
-            continue
-        choice = np.full((len(opts), len(choices)), -1, dtype=np.int64)
-        choice[:, col] = opts
-        ev = evaluator.evaluate(choice)
-        for code in ev.status[ev.status != OK]:
-            reasons[int(code)] = reasons.get(int(code), 0) + 1
-    if reasons:
-        code = max(reasons, key=lambda k: reasons[k])
-        return f"no feasible plan: {REASONS[code]} (constraints.globalBatchTolerance, training.globalBatchTokens, constraints.maxIslands)"
-    return "no feasible plan under the constraints"
+__all__ = ["EXHAUSTIVE_LIMIT", "SearchOutput", "SearchStats", "max_islands", "search"]

@@ -35,7 +35,7 @@ FSDP2's implicit one-unit-ahead prefetch on its all-gather stream.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any
 
@@ -95,6 +95,16 @@ class FSDPDurations:
     def resharded(self, unit: int) -> bool:
         return not self.reshard_after_forward or self.reshard_after_forward[unit]
 
+    def scaled_compute(self, scale: float) -> FSDPDurations:
+        """The same step with every compute-stream task ``scale`` times as long (forward,
+        backward, optimizer): what a `CostModel` with that observed compute scale gives."""
+        return replace(
+            self,
+            forward_s=tuple(v * scale for v in self.forward_s),
+            backward_s=tuple(v * scale for v in self.backward_s),
+            optimizer_s=self.optimizer_s * scale,
+        )
+
     @classmethod
     def from_cost_model(
         cls, cm: CostModel, nodes: int, gpus_per_node: int, micro_batch: int
@@ -144,7 +154,11 @@ class FSDPDurations:
             reduce_scatter_s=(rs(root), *([rs(p.block_params)] * layers), 0.0),
             optimizer_s=slow * cm.optimizer_seconds(cm.shard_ranks(nodes, gpus_per_node)),
             reshard_after_forward=(False, *([True] * layers), False),
-            overlap_slowdown=INTERFERENCE_PER_OVERLAPPED_SECOND if ranks > 1 else 0.0,
+            overlap_slowdown=(
+                INTERFERENCE_PER_OVERLAPPED_SECOND * cm.contention_scale(nodes, gpus_per_node)
+                if ranks > 1
+                else 0.0
+            ),
         )
 
     @classmethod

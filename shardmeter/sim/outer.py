@@ -67,6 +67,13 @@ def fabric_link(link: LinkSpec, rails: int) -> OuterLink:
     )
 
 
+def fabric_fit(cm: CostModel) -> tuple[float, float]:
+    """(latency s, seconds per byte) of the outer all_reduce between islands of one pool's
+    site over its inter-node fabric."""
+    fit = cm.coefficients.communication[LinkRole.INTER_NODE]["all_reduce"]
+    return fit.latency_s, fit.seconds_per_byte
+
+
 @dataclass(frozen=True)
 class IslandPlacement:
     """Where one island runs: its pool's cost model, site and GPU count."""
@@ -99,13 +106,11 @@ def outer_link(islands: Sequence[IslandPlacement]) -> OuterLink:
                 )
             uplinks.append(pool.wan_uplink)
         return wan_link(uplinks)
-    fits = [
-        isl.cost_model.coefficients.communication[LinkRole.INTER_NODE]["all_reduce"]
-        for isl in islands
-    ]
+    fits = [fabric_fit(isl.cost_model) for isl in islands]
+    link = islands[0].cost_model.coefficients.communication[LinkRole.INTER_NODE]["all_reduce"].link
     return OuterLink(
-        latency_s=max(f.latency_s for f in fits),
-        seconds_per_byte=max(f.seconds_per_byte for f in fits),
+        latency_s=max(f[0] for f in fits),
+        seconds_per_byte=max(f[1] for f in fits),
         parallel_rails=min(isl.node_rails for isl in islands),
-        description=f"inter-node fabric ({fits[0].link})",
+        description=f"inter-node fabric ({link})",
     )

@@ -49,6 +49,23 @@ class IslandShape:
         return f"{self.nodes}×{self.gpus_per_node}"
 
 
+def first_steps_s(
+    durations: FSDPDurations, max_inflight: int, gradient_sync: GradientSync
+) -> tuple[float, float, float]:
+    """Simulated step seconds at accumulation 1, 2 and 3 (see `IslandStepModel`)."""
+    return tuple(  # type: ignore[return-value]
+        fsdp_step_seconds(durations, a, max_inflight, gradient_sync) for a in (1, 2, 3)
+    )
+
+
+def extrapolated_step_s(first: tuple[float, float, float], accumulation: int) -> float:
+    """T(A) = T(2) + (A − 2)·(T(3) − T(2)) for A ≥ 2 (see `IslandStepModel`)."""
+    t1, t2, t3 = first
+    if accumulation <= 2:
+        return t1 if accumulation == 1 else t2
+    return t2 + (accumulation - 2) * (t3 - t2)
+
+
 def resolved_gradient_sync(cm: CostModel, gradient_sync: GradientSync | None) -> GradientSync:
     """The mode a step is simulated with: the argument, else the training spec's; ``auto``
     (a planner decision) counts as FSDP2's default, every-micro-batch, until resolved."""
@@ -91,10 +108,7 @@ class IslandStepModel:
 
     @cached_property
     def _first_steps(self) -> tuple[float, float, float]:
-        return tuple(  # type: ignore[return-value]
-            fsdp_step_seconds(self.durations, a, self.max_inflight, self.gradient_sync)
-            for a in (1, 2, 3)
-        )
+        return first_steps_s(self.durations, self.max_inflight, self.gradient_sync)
 
     @property
     def increment_s(self) -> float:
@@ -103,10 +117,7 @@ class IslandStepModel:
         return t3 - t2
 
     def step_s(self, accumulation: int) -> float:
-        t1, t2, t3 = self._first_steps
-        if accumulation <= 2:
-            return t1 if accumulation == 1 else t2
-        return t2 + (accumulation - 2) * (t3 - t2)
+        return extrapolated_step_s(self._first_steps, accumulation)
 
     def simulate(self, accumulation: int) -> StepResult:
         return simulate_fsdp_step(
@@ -191,21 +202,36 @@ def resolve_settings(
     h = strategy.sync_every if isinstance(strategy.sync_every, int) else None
     if strategy.kind is StrategyKind.DILOCO:
         if h is None:
-            h = choose_blocking_sync_every(step_s, all_reduce(1)[0])
+            h = choose_blocking_sync_every(
+                step_s, all_reduce(1)[0], max_sync_every=strategy.max_sync_every
+            )
         return search_settings(h, step_s, all_reduce, 1, fragments=1, delay=0)
     f = strategy.fragments if isinstance(strategy.fragments, int) else None
     tau = strategy.fragment_sync_delay if isinstance(strategy.fragment_sync_delay, int) else None
+    max_delay, max_h = strategy.max_fragment_sync_delay, strategy.max_sync_every  # guard-rails
     if h is None:
-        choice = choose_sync_every(step_s, all_reduce, model.num_layers, f, tau)
+        choice = choose_sync_every(
+            step_s,
+            all_reduce,
+            model.num_layers,
+            f,
+            tau,
+            max_sync_every=max_h,
+            max_delay=max_delay,
+        )
     else:
-        choice = search_settings(h, step_s, all_reduce, model.num_layers, f, tau)
+        choice = search_settings(
+            h, step_s, all_reduce, model.num_layers, f, tau, max_delay=max_delay
+        )
     if choice.zero_blocking or (f is None and tau is None):
         return choice
     # the user's fixed values block: say what the free search would pick instead
     free = (
-        search_settings(h, step_s, all_reduce, model.num_layers)
+        search_settings(h, step_s, all_reduce, model.num_layers, max_delay=max_delay)
         if h is not None
-        else choose_sync_every(step_s, all_reduce, model.num_layers)
+        else choose_sync_every(
+            step_s, all_reduce, model.num_layers, max_sync_every=max_h, max_delay=max_delay
+        )
     )
     advice = (
         f"recommended instead: syncEvery {free.sync_every}, fragments {free.fragments}, "

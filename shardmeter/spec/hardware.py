@@ -139,6 +139,17 @@ class GPUSpec(SpecModel):
     """The same for the flash-attention backward kernel."""
     memory_efficiency: float = Field(default=0.85, gt=0, le=1, allow_inf_nan=False)
     """Fraction of the HBM bandwidth element-wise kernels reach."""
+    matmul_efficiency_duty_cycle: float = Field(default=1.0, gt=0, le=1, allow_inf_nan=False)
+    """Share of wall time the tensor cores were busy in the benchmark loop that measured
+    ``matmul_efficiency`` (1 = matmuls back to back, as in training). Bekman's MAMF finder
+    clears a 256 MiB buffer and rewrites the output before every timed matmul, so its
+    power-limited clock runs above the one training sustains; see
+    `shardmeter.cost.power.sustained_clock_ratio`."""
+    fp8_matmul_efficiency_duty_cycle: float = Field(default=1.0, gt=0, le=1, allow_inf_nan=False)
+    """The same for ``fp8_matmul_efficiency``."""
+    sm_count: int | None = Field(default=None, ge=1, le=4096)
+    """Streaming multiprocessors: GEMM output tiles run in waves of one per SM (see
+    `shardmeter.cost.gemm`); unset = no wave-quantization loss is modelled."""
     default_intra_node_link: str = "nvlink4"
     """Link preset used inside a node when a pool does not name one."""
     default_inter_node_link: str = "ib-ndr"
@@ -206,6 +217,30 @@ def _network(nics: int, gbit: float, kind: LinkKind, latency_s: float) -> Networ
 
 _MIB = 2**20
 
+MAMF_FLUSH_BYTES = 256 * _MIB
+"""mamf-finder.py (stas00/ml-engineering, compute/accelerator/benchmarks, commit 744d01e1)
+zeroes a 256 MiB buffer (``l2_cache.zero_()``) before every timed matmul to clear the L2."""
+
+
+def mamf_duty_cycle(
+    m: int,
+    n: int,
+    k: int,
+    achieved_flop_per_s: float,
+    hbm_bandwidth_bytes_per_s: float,
+    out_bytes: int = 2,
+    memory_efficiency: float = 0.85,
+) -> float:
+    """Tensor-core share of the MAMF finder's timing loop at its best shape m×n×k: each
+    iteration runs ``l2_cache.zero_()`` (a 256 MiB write), ``C.copy_(C_rand)`` (read + write
+    of the m×n output) and then the timed ``torch.mm`` at the measured rate; the two copies
+    stream at ``memory_efficiency`` of the HBM bandwidth."""
+    matmul_s = 2.0 * m * n * k / achieved_flop_per_s
+    stream = hbm_bandwidth_bytes_per_s * memory_efficiency
+    copies_s = (MAMF_FLUSH_BYTES + 2.0 * m * n * out_bytes) / stream
+    return matmul_s / (matmul_s + copies_s)
+
+
 # Achieved fractions (sources for every preset below):
 # * matmul_efficiency / fp8_matmul_efficiency: Maximum Achievable Matmul FLOPS ÷ datasheet
 #   peak, mean of 100 iterations at the best shape — stas00/ml-engineering,
@@ -220,6 +255,10 @@ _MIB = 2**20
 #   (0.32 of 989) and backward 291–318 TFLOP/s (0.30).
 # * memory_efficiency: element-wise PyTorch kernels stream at about 85 % of HBM peak
 #   (vectorised loads; STREAM-style copies on A100/H100 reach 85–90 %).
+# * matmul_efficiency_duty_cycle: the tensor-core share of the MAMF finder's timing loop at the
+#   best shape (`mamf_duty_cycle`), which `shardmeter.cost.power.sustained_clock_ratio` turns
+#   into the clock a training step sustains.
+# * sm_count: datasheet SM counts (A100 whitepaper: 108; H100 SXM5 / H200: 132; L40S: 142).
 GPU_PRESETS: dict[str, GPUSpec] = {
     # NVIDIA A100 datasheet (SXM4 80 GB): 312 TFLOP/s BF16 dense, 19.5 TFLOP/s FP32,
     # 2,039 GB/s HBM2e, 400 W; NVLink 3 (600 GB/s bidirectional). HGX/DGX A100 nodes carry
@@ -231,7 +270,11 @@ GPU_PRESETS: dict[str, GPUSpec] = {
         peak_fp32_flop_per_s=19.5e12,
         hbm_bandwidth_bytes_per_s=2.039e12,
         tdp_watts=400,
+        sm_count=108,
         matmul_efficiency=0.869,
+        # MAMF best shape 1024x10240x5120 at 271.2 TFLOP/s: 396 µs of matmul per 179 µs of
+        # copies (256 MiB + 2 x 21 MB at 85 % of 2.039 TB/s) -> 0.689
+        matmul_efficiency_duty_cycle=mamf_duty_cycle(1024, 10240, 5120, 271.2e12, 2.039e12),
         attention_efficiency=0.60,
         attention_backward_efficiency=0.60,
         memory_efficiency=0.85,
@@ -249,8 +292,16 @@ GPU_PRESETS: dict[str, GPUSpec] = {
         peak_fp8_flop_per_s=1978.9e12,
         hbm_bandwidth_bytes_per_s=3.35e12,
         tdp_watts=700,
+        sm_count=132,
         matmul_efficiency=0.803,
         fp8_matmul_efficiency=0.709,
+        # BF16 best shape 2048x2048x13312 at 794.5 TFLOP/s: 141 µs of matmul per 100 µs of
+        # copies at 85 % of 3.35 TB/s -> 0.584; FP8 1024x9216x14336 at 1402.6 (1-byte
+        # output) -> 0.657
+        matmul_efficiency_duty_cycle=mamf_duty_cycle(2048, 2048, 13312, 794.5e12, 3.35e12),
+        fp8_matmul_efficiency_duty_cycle=mamf_duty_cycle(
+            1024, 9216, 14336, 1402.6e12, 3.35e12, out_bytes=1
+        ),
         attention_efficiency=0.32,
         attention_backward_efficiency=0.30,
         memory_efficiency=0.85,
@@ -266,8 +317,15 @@ GPU_PRESETS: dict[str, GPUSpec] = {
         peak_fp8_flop_per_s=1978.9e12,
         hbm_bandwidth_bytes_per_s=4.8e12,
         tdp_watts=700,
+        sm_count=132,
         matmul_efficiency=0.803,
         fp8_matmul_efficiency=0.734,
+        # BF16 as H100 ("H200 is the same") with the copies at 4.8 TB/s -> 0.668; FP8 best
+        # shape 1280x4096x12032 at 1453.4 TFLOP/s -> 0.562
+        matmul_efficiency_duty_cycle=mamf_duty_cycle(2048, 2048, 13312, 794.5e12, 4.8e12),
+        fp8_matmul_efficiency_duty_cycle=mamf_duty_cycle(
+            1280, 4096, 12032, 1453.4e12, 4.8e12, out_bytes=1
+        ),
         attention_efficiency=0.32,
         attention_backward_efficiency=0.30,
         memory_efficiency=0.85,
@@ -285,7 +343,11 @@ GPU_PRESETS: dict[str, GPUSpec] = {
         peak_fp32_flop_per_s=91.6e12,
         hbm_bandwidth_bytes_per_s=864e9,
         tdp_watts=350,
+        sm_count=142,
         matmul_efficiency=0.75,
+        # the estimate stands for what the MAMF finder would report on an L40S: its loop at the
+        # A100 PCIe best shape (2048x5120x6144) at 0.75 x 362 TFLOP/s with 864 GB/s copies
+        matmul_efficiency_duty_cycle=mamf_duty_cycle(2048, 5120, 6144, 0.75 * 362.05e12, 864e9),
         attention_efficiency=0.32,
         attention_backward_efficiency=0.30,
         memory_efficiency=0.85,

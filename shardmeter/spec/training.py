@@ -139,6 +139,11 @@ class TrainingSpec(SpecModel):
     """every-micro-batch (FSDP2 default), last-micro-batch, or auto (the planner picks)."""
     torch_compile: bool = False
     """The model's blocks are compiled with ``torch.compile`` (fuses element-wise work)."""
+    torch_compile_loss: bool = True
+    """With ``torchCompile``, the loss (FP32 cross-entropy over the vocabulary) is compiled
+    too, as torchtitan does since April 2025 (``build_cross_entropy_loss``); false: only the
+    blocks, as torchtitan did until then and as training loops that call the loss outside
+    the compiled model do."""
     sharding: Sharding = Sharding.FSDP
     """fsdp (shard over the island) or hsdp (shard inside node groups, replicate across)."""
     shard_group_nodes: int = Field(default=1, ge=1, le=4096)
@@ -225,6 +230,16 @@ class StrategySpec(SpecModel):
     bf16 allowed)."""
     outer_state_on_gpu: bool = False
     """Keep DiLoCo's outer parameter copy and momentum on the GPU (torchft keeps them on CPU)."""
+    max_sync_every: int = Field(default=500, ge=1, le=100_000)
+    """Convergence guard-rail: the largest syncEvery H that auto may choose (a value set
+    explicitly is used as given). Default 500, the DiLoCo paper's setting (Douillard et al.
+    2023, arXiv:2311.08105), whose quality drops as H grows. When blocking cannot be hidden
+    within the guard-rails the plan reports the blocking instead of exceeding them."""
+    max_fragment_sync_delay: int = Field(default=5, ge=0, le=10_000)
+    """Convergence guard-rail: the largest fragmentSyncDelay τ that auto may choose (a value set
+    explicitly is used as given). Default 5: Streaming DiLoCo (Douillard et al. 2025,
+    arXiv:2501.18512) overlaps each fragment's communication with only a few inner steps
+    (τ ≤ 5 in its experiments)."""
 
     @model_validator(mode="after")
     def _torchft_rules(self) -> StrategySpec:

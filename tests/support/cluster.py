@@ -212,6 +212,14 @@ class EmulatedCluster:
             return self.emulator.reject_job_pods(namespace, name)
         return self.emulator.reject_job_pods(namespace, name, message)
 
+    def create_job_pod(self, namespace: str, job: str, index: int = 0, **status: Any) -> Body:
+        """A pod of the Job, as the Job controller creates it (see ``PodLogs``)."""
+        return self.emulator.create_job_pod(namespace, job, index, **status)
+
+    def set_pod_log(self, namespace: str, pod: str, text: str, container: str = "") -> None:
+        """What ``pods/log`` serves for the pod's container (its first by default)."""
+        self.emulator.set_pod_log(namespace, pod, text, container)
+
     def set_job_failed(
         self,
         namespace: str,

@@ -35,6 +35,9 @@ API with stricter semantics:
   annotation limits, 3 MiB request bodies; for custom resources pruning of unknown fields,
   schema defaults, OpenAPI validation and CEL rules (cel-python); structural CRDs only;
 * ``/openapi/v3`` lists the operations, so ``kubectl apply`` validates strictly (server-side).
+* Job pods as the Job controller makes them (``create_job_pod``) and the ``pods/log``
+  subresource serving the logs a test sets (``set_pod_log``; ``tailLines``, ``limitBytes``,
+  ``container``, ``previous`` and kube-apiserver's refusals), in ``podlogs``.
 
 Requests intercepted by user reactions (``emu['patch', kmock.resource('batch/v1/jobs')] << 500``)
 are answered by kmock's DSL and change no state — handy for fault injection. Not emulated:
@@ -63,6 +66,7 @@ It writes the kubeconfig once the server listens, then prints ``READY <url>``; S
 #   handlers   — the aiohttp entry point, routing, the object API over HTTP
 #   watches    — watch events and watch-streams
 #   conveniences — the Python helpers for tests (apply, set_job_succeeded, api_requests…)
+#   podlogs    — Job pods and the ``pods/log`` subresource
 #   emulator   — :class:`KubeEmulator`: its state, the object API in Python, the write path
 #   runner     — the kubeconfig, the standalone server and its command line
 

@@ -23,6 +23,7 @@ from support.kube_emulator.errors import api_error, not_found, object_error
 from support.kube_emulator.handlers import HttpHandlers
 from support.kube_emulator.openapi import OpenAPI
 from support.kube_emulator.patches import apply_patch, merge_patch
+from support.kube_emulator.podlogs import PodLogs
 from support.kube_emulator.resources import (
     CRD,
     DEFAULT_NAMESPACES,
@@ -49,7 +50,14 @@ SYSTEM_FIELDS = (
 
 @attrs.define(kw_only=True)
 class KubeEmulator(
-    HttpHandlers, Discovery, OpenAPI, Watches, CRDRegistry, Conveniences, kmock.KubernetesEmulator
+    HttpHandlers,
+    Discovery,
+    OpenAPI,
+    Watches,
+    CRDRegistry,
+    Conveniences,
+    PodLogs,
+    kmock.KubernetesEmulator,
 ):
     """kmock's Kubernetes emulator with real API-server semantics; see the package docstring."""
 
@@ -64,6 +72,7 @@ class KubeEmulator(
     _custom: set[tuple[str, str]] = attrs.field(factory=set, init=False)  # (group, plural) of CRs
     warnings: list[str] = attrs.field(factory=list, init=False)  # unknown fields pruned
     failures: list[BaseException] = attrs.field(factory=list, init=False)  # emulator bugs (500s)
+    _pod_logs: dict[tuple[str, str, str], str] = attrs.field(factory=dict, init=False)
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()

@@ -113,6 +113,9 @@ class HttpHandlers:
             raise api_error(404, "NotFound", "the server could not find the requested resource")
         if info.namespaced and name is not None and namespace is None:
             raise api_error(404, "NotFound", "the server could not find the requested resource")
+        if sub == "log" and resource.plural == "pods" and request.method.value == "GET":
+            assert namespace is not None and name is not None
+            return await self._serve_pod_log(namespace, name, dict(params))
         if sub not in {None, "status"}:
             raise api_error(405, "MethodNotAllowed", f"subresource {sub!r} is not emulated")
         if request.headers.get("Content-Type", "").startswith(

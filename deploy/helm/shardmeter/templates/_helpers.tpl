@@ -81,6 +81,17 @@ app.kubernetes.io/component: operator
   - apiGroups: [""]
     resources: ["services"]
     verbs: ["get", "list", "create", "delete"]
+  # the torchft lighthouse of a launched DiLoCo plan
+  - apiGroups: ["apps"]
+    resources: ["deployments"]
+    verbs: ["get", "list", "create", "delete"]
+  # observation of running islands: rank 0's pod and its log (read only, bounded)
+  - apiGroups: [""]
+    resources: ["pods"]
+    verbs: ["list"]
+  - apiGroups: [""]
+    resources: ["pods/log"]
+    verbs: ["get"]
   # Events: posted on the operator's objects; FailedCreate (pods refused by quota or
   # PodSecurity) read from the Job controller
   - apiGroups: [""]

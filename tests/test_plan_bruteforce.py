@@ -1,0 +1,176 @@
+"""The optimizer against an independent brute force (`brute_force.py`): on random small
+instances the Pareto frontier is the same, plan for plan, with the same figures."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from brute_force import Ref, brute_force, frontier
+from shardmeter.errors import InfeasibleError
+from shardmeter.plan.result import PlanSummary, build_result, summarise
+from shardmeter.plan.schema import PlanSpec
+from shardmeter.plan.search import search
+from strategies import random_spec, tiny_plans
+
+REL = 1e-6
+STATS = {"instances": 0, "feasible": 0, "seconds": 0.0}
+
+
+def layout(p: PlanSummary) -> tuple[tuple[str, int, int, int], ...]:
+    order = {g.pool: i for i, g in enumerate(p.groups)}
+    return tuple(sorted(p.layout, key=lambda x: order[x[0]]))
+
+
+def assert_same_frontier(got: list[PlanSummary], want: list[Ref], seq_len: int) -> None:
+    assert [layout(p) for p in got] == [r.layout for r in want]
+    for p, r in zip(got, want, strict=True):
+        assert p.hours * 3600 == pytest.approx(r.time_s, rel=REL)
+        assert p.cost_usd == pytest.approx(r.cost_usd, rel=REL)
+        assert p.step_s == pytest.approx(r.step_s, rel=REL)
+        assert p.global_batch_tokens == r.sequences * seq_len
+
+
+def assert_every_layout(result: Any, refs: list[Ref]) -> None:
+    """Every layout the brute force finds is scored the same — or, where the optimizer left
+    out a shape because the same GPUs on fewer nodes are never slower, that layout with
+    fewer nodes is at least as fast and as cheap."""
+    out = result.output
+    got = {}
+    for i in range(len(out.evaluated)):
+        p = summarise(out, out.evaluated, i)
+        got[layout(p)] = p
+    for r in refs:
+        p = got.get(r.layout)
+        if p is not None:
+            assert p.hours * 3600 == pytest.approx(r.time_s, rel=REL), r.layout
+            assert p.cost_usd == pytest.approx(r.cost_usd, rel=REL), r.layout
+            continue
+        gpus = [(pool, k, n * g) for pool, k, n, g in r.layout]
+        better = [
+            q
+            for key, q in got.items()
+            if [(pool, k, n * g) for pool, k, n, g in key] == gpus
+            and all(a[2] <= b[2] for a, b in zip(key, r.layout, strict=True))
+        ]
+        assert better, f"layout {r.layout} missing"
+        assert min(q.hours for q in better) * 3600 <= r.time_s * (1 + REL)
+    assert len(got) <= len(refs)
+
+
+def check(raw: dict[str, Any], mode: str | None = None, refs: list[Ref] | None = None) -> None:
+    spec = PlanSpec.model_validate(raw)
+    refs = brute_force(spec) if refs is None else refs
+    want = frontier(refs)
+    if not want:
+        with pytest.raises(InfeasibleError):
+            search(spec, force_mode=mode)
+        return
+    result = build_result(search(spec, force_mode=mode))
+    assert_same_frontier(result.frontier, want, spec.training.seq_len_tokens)
+    if result.output.stats.mode == "exhaustive":
+        assert_every_layout(result, refs)
+    STATS["feasible"] += 1
+
+
+@settings(
+    max_examples=200,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+@given(tiny_plans())
+def test_frontier_matches_brute_force(raw: dict[str, Any]) -> None:
+    started = time.perf_counter()
+    check(raw)
+    STATS["instances"] += 1
+    STATS["seconds"] += time.perf_counter() - started
+
+
+@settings(max_examples=40, deadline=None, derandomize=True, database=None)
+@given(tiny_plans())
+def test_branch_and_bound_frontier_matches_brute_force(raw: dict[str, Any]) -> None:
+    check(raw, mode="frontier")
+
+
+def expected_choice(want: list[Ref], objective: dict[str, Any]) -> Ref:
+    kind = objective["kind"]
+    if kind == "min-time":
+        return want[0]
+    if kind == "min-cost":
+        return want[-1]
+    if kind == "cost-budget":
+        return next(r for r in want if r.cost_usd <= objective["costBudgetUsd"])
+    if kind == "time-budget":
+        return [r for r in want if r.time_s <= objective["timeBudgetHours"] * 3600][-1]
+    floor = objective["throughputFraction"] * (1 / want[0].time_s) * (1 - 1e-12)
+    return [r for r in want if 1 / r.time_s >= floor][-1]
+
+
+@settings(max_examples=80, deadline=None, derandomize=True, database=None)
+@given(
+    tiny_plans(),
+    st.sampled_from(
+        [
+            {"kind": "min-time"},
+            {"kind": "min-cost"},
+            {"kind": "throughput-fraction", "throughputFraction": 0.9},
+            {"kind": "throughput-fraction", "throughputFraction": 0.5},
+            {"kind": "cost-budget", "costBudgetUsd": 1.0},
+            {"kind": "time-budget", "timeBudgetHours": 1.0},
+        ]
+    ),
+)
+def test_branch_and_bound_objective_matches_brute_force(
+    raw: dict[str, Any], objective: dict[str, Any]
+) -> None:
+    spec = PlanSpec.model_validate({**raw, "objective": objective})
+    want = frontier(brute_force(spec))
+    if not want:
+        return
+    if objective["kind"] in ("cost-budget", "time-budget"):
+        # a budget between two frontier plans (or at the cheapest/fastest end)
+        mid = want[len(want) // 2]
+        budget = (
+            {"costBudgetUsd": mid.cost_usd * 1.0001}
+            if objective["kind"] == "cost-budget"
+            else {"timeBudgetHours": mid.time_s * 1.0001 / 3600}
+        )
+        objective = {**objective, **budget}
+        spec = PlanSpec.model_validate({**raw, "objective": objective})
+    out = search(spec, force_mode="objective")
+    assert out.stats.proven
+    chosen = build_result(out).chosen
+    best = expected_choice(want, objective)
+    assert layout(chosen) == best.layout
+    assert chosen.hours * 3600 == pytest.approx(best.time_s, rel=REL)
+    assert chosen.cost_usd == pytest.approx(best.cost_usd, rel=REL)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("runtime", ["torchtitan-ft", "weighted"])
+@pytest.mark.parametrize("strategy", ["streaming-diloco", "diloco", "fsdp"])
+def test_medium_instances_match_brute_force(seed: int, runtime: str, strategy: str) -> None:
+    """Larger instances (up to 3 pools × 4 nodes × 4 GPUs, batches of 8–24 sequences) in
+    every search mode."""
+    spec = random_spec(seed, strategy, runtime=runtime)
+    raw = spec.model_dump(by_alias=True)
+    every = brute_force(spec)
+    for mode in ("exhaustive", "frontier"):
+        check(raw, mode, every)
+    refs = frontier(every)
+    for objective in (
+        {"kind": "min-cost"},
+        {"kind": "throughput-fraction", "throughputFraction": 0.9},
+    ):
+        if not refs:
+            continue
+        s = PlanSpec.model_validate({**raw, "objective": objective})
+        chosen = build_result(search(s, force_mode="objective")).chosen
+        assert layout(chosen) == expected_choice(refs, objective).layout

@@ -1,0 +1,195 @@
+"""Convergence guard-rails: auto never picks a syncEvery or fragmentSyncDelay beyond
+``maxSyncEvery`` / ``maxFragmentSyncDelay``; when blocking cannot be hidden within them the
+plan says so (blocking > 0, the reason names the guard-rails) — which is what the operator's
+OuterStepBlocking alert fires on. The optimizer's vectorised rule equals the scalar one."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from shardmeter.plan.options import PoolContext
+from shardmeter.plan.overhead import OuterModel
+from shardmeter.plan.result import build_result
+from shardmeter.plan.schema import PlanSpec, load_plan
+from shardmeter.plan.search import build_space, search
+from shardmeter.sim.outer import IslandPlacement, outer_link
+from shardmeter.sim.scenario import fragment_all_reduce_seconds
+from shardmeter.sim.settings import choose_sync_every, search_settings
+from shardmeter.spec.hardware import LINK_PRESETS
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def slow_wan_case_study(**strategy: object) -> PlanSpec:
+    spec, _ = load_plan(REPO / "examples" / "case-study.yaml")
+    raw = spec.model_dump(by_alias=True)
+    for pool in raw["pools"]:
+        pool["wanUplink"] = LINK_PRESETS["wan-1g-80ms"].model_dump(by_alias=True)
+    raw["strategy"].update(strategy)
+    raw["objective"] = {"kind": "min-time"}
+    return PlanSpec.model_validate(raw)
+
+
+def test_auto_settings_stay_within_the_default_guard_rails_over_a_slow_wan() -> None:
+    result = build_result(search(slow_wan_case_study()))
+    for p in result.frontier:
+        assert p.sync_every <= 500 and p.fragment_sync_delay <= 5
+        assert p.sync_every % p.fragments == 0
+        assert p.fragment_sync_delay < p.sync_every // p.fragments
+
+
+def test_blocking_that_cannot_be_hidden_is_reported_with_the_guard_rails() -> None:
+    spec = slow_wan_case_study(maxSyncEvery=100)
+    result = build_result(search(spec))
+    c = result.chosen
+    assert len({g.pool for g in c.groups}) == 2, "the fastest plan spans both sites"
+    assert c.sync_every <= 100 and c.fragment_sync_delay <= 5
+    assert c.blocking_s_per_outer_step > 0 and not c.zero_blocking
+    d = result.detail
+    assert d.diloco is not None and d.diloco.blocking_s_per_outer_step > 0
+    assert d.bottleneck == "outer-step-bound"
+    assert "maxSyncEvery 100, maxFragmentSyncDelay 5" in d.settings_reason
+    # the embedding's fragment alone needs more than 5 inner steps over 1 Gbit/s: the report
+    # names the delay that would hide it instead of choosing it
+    assert re.search(r"fragmentSyncDelay (\d+) would at syncEvery 100", d.settings_reason)
+
+
+def test_the_operator_publishes_the_blocking_its_alert_fires_on() -> None:
+    from shardmeter_operator.planning import plan_outcome
+
+    spec = slow_wan_case_study(maxSyncEvery=100)
+    outcome = plan_outcome("slow", spec, {})
+    assert outcome.predictions.outer_step_blocking_seconds > 0
+    assert outcome.settings is not None and outcome.settings.sync_every <= 100
+
+
+def test_scalar_rule_never_exceeds_the_guard_rails() -> None:
+    # full model 3 s of all_reduce per inner step of 0.1 s: hiding it needs τ ≥ 30 with one
+    # fragment; within τ ≤ 5 it needs ≥ 6 fragments with a window H/F > τ: not at H = 10 or
+    # 20 (F = 10 needs τ = 3 but the window is 1 or 2); at H = 50, F = 10 and τ = 3
+    def ar(f: int) -> list[float]:
+        return [3.0 / f] * f
+
+    c = choose_sync_every(0.1, ar, 32, max_sync_every=500, max_delay=5)
+    assert c.zero_blocking and c.delay <= 5 and c.sync_every <= 500
+    assert (c.sync_every, c.fragments, c.delay) == (50, 10, 3)
+    blocked = choose_sync_every(0.1, ar, 32, max_sync_every=20, max_delay=2, outer_step_s=0.5)
+    assert not blocked.zero_blocking and blocked.sync_every <= 20 and blocked.delay <= 2
+    # the hint keeps τ ≤ 2: 3 s / F ≤ 0.2 s needs F ≥ 15 and a window H/F > 2: F = 20 at H = 100
+    assert blocked.sync_every_for_zero_blocking == 100
+    assert "syncEvery ≥ 100 would allow zero blocking with fragmentSyncDelay ≤ 2" in blocked.reason
+    fixed = search_settings(20, 0.1, ar, 32, max_delay=2)
+    assert fixed.delay <= 2
+
+
+@settings(max_examples=200, deadline=None, derandomize=True, database=None)
+@given(
+    st.lists(st.floats(0.0, 50.0), min_size=1, max_size=8),
+    st.floats(0.01, 5.0),
+    st.floats(0.0, 2.0),
+    st.sampled_from([10, 20, 50, 100, 500]),
+    st.integers(0, 6),
+)
+def test_effective_step_never_falls_when_the_inner_step_grows(
+    weights: list[float], step_s: float, outer_s: float, max_h: int, max_tau: int
+) -> None:
+    """What makes minimising the inner step exact: T + (blocking + outer step)/H is
+    non-decreasing in T under the settings rule."""
+
+    def ar(f: int) -> list[float]:
+        total = sum(weights)
+        return [total / f] * f
+
+    def effective(t: float) -> float:
+        c = choose_sync_every(
+            t, ar, 8, max_sync_every=max_h, max_delay=max_tau, outer_step_s=outer_s
+        )
+        return t + (c.blocking_s_per_outer_step + outer_s) / c.sync_every
+
+    values = [effective(step_s * (1 + 0.07 * i)) for i in range(12)]
+    assert all(b >= a * (1 - 1e-12) for a, b in itertools.pairwise(values))
+
+
+def _scalar(
+    spec: PlanSpec, ctxs: list[PoolContext], used: list[int], k: int, ranks: int, step: float
+) -> tuple[int, int, int, float]:
+    strat = spec.strategy
+    placements = [IslandPlacement(ctxs[p].cost_model, ranks) for p in used for _ in range(k)]
+    link = outer_link(placements)
+    islands = len(placements)
+    outer_s = ctxs[used[0]].cost_model.outer_step_seconds(spec.model.total_params, ranks, False)
+
+    def all_reduce(f: int) -> list[float]:
+        return fragment_all_reduce_seconds(spec.model, strat, link, islands, f)
+
+    c = choose_sync_every(
+        step,
+        all_reduce,
+        spec.model.num_layers,
+        max_sync_every=strat.max_sync_every,
+        max_delay=strat.max_fragment_sync_delay,
+        outer_step_s=outer_s,
+    )
+    return (
+        c.sync_every,
+        c.fragments,
+        c.delay,
+        (c.blocking_s_per_outer_step + outer_s) / c.sync_every,
+    )
+
+
+@pytest.mark.parametrize("wan", ["wan-100g-10ms", "wan-10g-30ms", "wan-1g-80ms"])
+@pytest.mark.parametrize("max_h", [20, 100, 500])
+def test_vectorised_settings_equal_the_scalar_rule(wan: str, max_h: int) -> None:
+    spec, _ = load_plan(REPO / "examples" / "case-study.yaml")
+    raw = spec.model_dump(by_alias=True)
+    for pool in raw["pools"]:
+        pool["wanUplink"] = LINK_PRESETS[wan].model_dump(by_alias=True)
+    raw["strategy"]["maxSyncEvery"] = max_h
+    spec = PlanSpec.model_validate(raw)
+    _, ctxs, _ = build_space(spec, {})
+    model = OuterModel(spec, ctxs)
+    rng = np.random.default_rng(max_h)
+    for _ in range(40):
+        used = sorted(rng.choice(2, size=int(rng.integers(1, 3)), replace=False).tolist())
+        k = int(rng.integers(1, 6))
+        ranks = int(rng.choice([8, 16, 32]))
+        step = float(rng.uniform(0.2, 8.0))
+        mask = np.zeros((1, 2), dtype=bool)
+        mask[0, used] = True
+        outer_s = ctxs[used[0]].cost_model.outer_step_seconds(spec.model.total_params, ranks, False)
+        got = model.evaluate(
+            mask,
+            np.array([k * len(used)]),
+            np.array([ranks]),
+            np.array([outer_s]),
+            np.array([step]),
+        )
+        h, f, tau, overhead = _scalar(spec, ctxs, used, k, ranks, step)
+        assert (int(got.sync_every[0]), int(got.fragments[0]), int(got.delay[0])) == (h, f, tau)
+        assert math.isclose(float(got.overhead_s[0]), overhead, rel_tol=1e-9)
+
+
+def test_simulate_reports_blocking_instead_of_a_long_delay(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`shardmeter simulate` resolves auto settings with the same guard-rails."""
+    import json
+
+    from shardmeter.cli.main import main
+
+    args = ["simulate", "--model", "llama-3.2-1b", "--gpu", "a100", "--seq-len", "4096"]
+    args += ["--activation-checkpointing", "--strategy", "streaming-diloco", "--islands", "3"]
+    assert main([*args, "--outer-link", "wan-10g-30ms", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)["diloco"]
+    assert d["fragment_sync_delay"] <= 5 and d["sync_every"] <= 500
+    assert d["blocking_s_per_outer_step"] > 0 and not d["zero_blocking_possible"]
+    assert "fragmentSyncDelay ≤ 5" in d["recommendation"]
