@@ -5,12 +5,14 @@ is measured by ``benchmarks/bench_accuracy.py --quick``, not asserted here."""
 from __future__ import annotations
 
 import json
+import statistics
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from scipy.stats import spearmanr
 
 from shardmeter.cost.coefficients import COLLECTIVES, CoefficientsDocument, LinkRole, Source
 from shardmeter.cost.features import Target, feature_values
@@ -29,6 +31,28 @@ def _run(*argv: str, cwd: Path, timeout: float) -> subprocess.CompletedProcess[s
         cwd=cwd,
         timeout=timeout,
     )
+
+
+def _assert_fit_follows_the_samples(doc: CoefficientsDocument, target: Target) -> None:
+    """The fitted model reproduces what was measured: it orders the shapes as the clock did
+    (rank correlation) and its typical error is small. Both are read robustly (ranks and the
+    median, not the mean) because a loaded host inflates a few samples even on the compute
+    clock; the cross-validated MAPE (a mean) is reported by the fit, and the accuracy on
+    unseen models is measured by ``benchmarks/bench_accuracy.py``."""
+    fit = doc.compute[target]
+    samples = [s for s in doc.samples.compute if s.target is target]
+    measured = [s.seconds for s in samples]
+    predicted = []
+    for s in samples:
+        values = feature_values(
+            TransformerSpec(**s.model), s.micro_batch, s.seq_len, s.params_local
+        )
+        predicted.append(sum(c * values[f] for f, c in fit.coefficients.items()))
+    errors = sorted(abs(p / m - 1) for p, m in zip(predicted, measured, strict=True))
+    assert statistics.median(errors) < 0.15, errors
+    # the shapes span ~two orders of magnitude: noise of tens of per cent cannot reorder them
+    assert max(measured) > 10 * min(measured)
+    assert spearmanr(predicted, measured).statistic > 0.9
 
 
 @pytest.mark.slow
@@ -52,7 +76,7 @@ def test_cpu_quick_run_feeds_predict_and_plan(tmp_path: Path) -> None:
         fit = doc.compute[target]
         assert fit.n_samples >= 12 and fit.cv_mape is not None and fit.coefficients, target
         assert fit.leave_one_model_out_mape is not None
-    assert doc.compute[Target.BLOCK_BACKWARD].cv_mape < 0.25
+    _assert_fit_follows_the_samples(doc, Target.BLOCK_BACKWARD)
     for collective in COLLECTIVES:
         fit = doc.communication[LinkRole.INTRA_NODE][collective]
         assert fit.n_samples == 5 and fit.link == "gloo-loopback" and fit.seconds_per_byte > 0
