@@ -51,7 +51,8 @@ demo: $(VENV)/.core
 lint: $(VENV)/.full
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check shardmeter operator bench-job tests
-	$(VENV)/bin/mypy shardmeter
+	$(VENV)/bin/mypy shardmeter operator/shardmeter_operator
+	$(VENV)/bin/lint-imports --no-cache
 
 pytest: $(VENV)/.full tools
 	$(PY) -m pytest $(PYTEST_ARGS)

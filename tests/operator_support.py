@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import copy
 from collections.abc import AsyncIterator
@@ -14,6 +15,8 @@ import yaml
 from shardmeter_operator.config import OperatorConfig
 from shardmeter_operator.handlers import build_registry
 from support.cluster import EmulatedCluster, embedded_operator, running_emulator
+from support.jobset import JobSetController
+from support.kueue import Kueue
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples"
@@ -32,11 +35,20 @@ def variant(doc: dict[str, Any], **spec: Any) -> dict[str, Any]:
 
 @contextlib.asynccontextmanager
 async def operator_cluster(
-    tmp_path: Path, namespaces: tuple[str, ...] = (), **config: Any
+    tmp_path: Path,
+    namespaces: tuple[str, ...] = (),
+    *,
+    jobset: bool = False,
+    kueue: bool = False,
+    **config: Any,
 ) -> AsyncIterator[EmulatedCluster]:
     """The operator embedded against the emulated API server: every namespace, or (as
-    ``--namespace`` does) only ``namespaces``."""
-    async with running_emulator(crds_dir=REPO / "crds", tmp_path=tmp_path) as cluster:
+    ``--namespace`` does) only ``namespaces``; with ``jobset``/``kueue`` the simulated JobSet
+    and Kueue installed (CRDs, webhooks) and their controllers running."""
+    async with (
+        running_emulator(crds_dir=REPO / "crds", tmp_path=tmp_path) as cluster,
+        simulated_controllers(cluster, jobset=jobset, kueue=kueue),
+    ):
         cfg = OperatorConfig(
             namespace=OPERATOR_NS,
             recheck_interval_s=0.3,
@@ -54,6 +66,30 @@ async def operator_cluster(
             yield cluster
         # what a real API server would have dropped silently (a status field the CRD lacks)
         assert cluster.emulator.warnings == [], cluster.emulator.warnings
+
+
+@contextlib.asynccontextmanager
+async def simulated_controllers(
+    cluster: EmulatedCluster, *, jobset: bool = False, kueue: bool = False
+) -> AsyncIterator[list[JobSetController | Kueue]]:
+    """Install the simulated JobSet and/or Kueue and run their controllers in the background
+    (every 50 ms) until exit; fails if a pass of theirs raised."""
+    controllers: list[JobSetController | Kueue] = []
+    if jobset:
+        controllers.append(JobSetController.install(cluster.emulator))
+    if kueue:
+        controllers.append(Kueue.install(cluster.emulator))
+    tasks = [asyncio.create_task(c.run()) for c in controllers]
+    try:
+        yield controllers
+    finally:
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+    errors = [e for c in controllers for e in c.errors]
+    assert not errors, errors
 
 
 async def apply(cluster: EmulatedCluster, *docs: dict[str, Any]) -> None:
@@ -86,3 +122,54 @@ async def status_of(
 
 def condition(status: dict[str, Any], type_: str) -> dict[str, Any]:
     return next(c for c in status.get("conditions", []) if c["type"] == type_)
+
+
+# ---- Kueue objects (the simulated Kueue of support/kueue.py serves them) ----------------------
+def flavor(
+    name: str, labels: dict[str, str], taints: list[dict[str, str]] | None = None
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {"nodeLabels": labels}
+    if taints:
+        spec["nodeTaints"] = taints
+    return {
+        "apiVersion": "kueue.x-k8s.io/v1beta1",
+        "kind": "ResourceFlavor",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+
+
+def cluster_queue(gpus: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "kueue.x-k8s.io/v1beta1",
+        "kind": "ClusterQueue",
+        "metadata": {"name": "gpus"},
+        "spec": {
+            "namespaceSelector": {},
+            "resourceGroups": [
+                {
+                    "coveredResources": ["nvidia.com/gpu"],
+                    "flavors": [
+                        {
+                            "name": "h200",
+                            "resources": [{"name": "nvidia.com/gpu", "nominalQuota": gpus}],
+                        }
+                    ],
+                }
+            ],
+        },
+    }
+
+
+LOCAL_QUEUE = {
+    "apiVersion": "kueue.x-k8s.io/v1beta1",
+    "kind": "LocalQueue",
+    "metadata": {"name": "team-a", "namespace": "default"},
+    "spec": {"clusterQueue": "gpus"},
+}
+
+
+def with_flavor(pool: dict[str, Any], name: str) -> dict[str, Any]:
+    out = copy.deepcopy(pool)
+    out["spec"]["kueue"] = {"flavor": name}
+    return out

@@ -557,9 +557,20 @@ def _verb(method: str, name: str | None, params: dict[str, str]) -> str:
 async def _operator_scenario(tmp_path: Path, namespaces: tuple[str, ...]) -> list[dict[str, Any]]:
     """Every code path that calls the API: pools with priors (created and reset), a benchmark
     (Role, RoleBinding, Service, Job, a failure, a retry), a launched plan (island Jobs and
-    Services), pods rejected, a relaunch (children listed and deleted), status patches and
-    Events. Returns the operator's requests."""
-    from operator_support import apply, manifest, operator_cluster, status_of, variant
+    Services), pods rejected, a relaunch (children listed and deleted), a plan queued in Kueue
+    as a JobSet (CRDs, LocalQueue and ResourceFlavor read, Workloads followed) and relaunched,
+    status patches and Events. Returns the operator's requests."""
+    from operator_support import (
+        LOCAL_QUEUE,
+        apply,
+        cluster_queue,
+        flavor,
+        manifest,
+        operator_cluster,
+        status_of,
+        variant,
+        with_flavor,
+    )
 
     pool_a, pool_b, plan = (
         manifest("gpupool-cluster-a.yaml"),
@@ -573,7 +584,7 @@ async def _operator_scenario(tmp_path: Path, namespaces: tuple[str, ...]) -> lis
         "data": {"coefficients.json": "{}"},
     }
     async with operator_cluster(
-        tmp_path, namespaces=namespaces, bench_service_account=BENCH_SA
+        tmp_path, namespaces=namespaces, bench_service_account=BENCH_SA, jobset=True, kueue=True
     ) as cluster:
         await apply(cluster, broken)  # the operator resets it to priors (a ConfigMap patch)
         await apply(cluster, variant(pool_a, benchmark={"enabled": True, "nodes": 1}), pool_b)
@@ -589,7 +600,8 @@ async def _operator_scenario(tmp_path: Path, namespaces: tuple[str, ...]) -> lis
             lambda s: s.get("benchmarkAttempts") == 1 and s.get("benchmarkPhase") == "Running",
         )
         # one pool: torchtitan-FT needs equal local batches (a lighthouse Deployment too)
-        await apply(cluster, variant(plan, launch=True, pools=[{"name": "cluster-b"}]))
+        one_pool = {"launch": True, "pools": [{"name": "cluster-b"}], "workload": "Job"}
+        await apply(cluster, variant(plan, **one_pool))
         launched = await status_of(
             cluster,
             "trainingplans",
@@ -609,7 +621,7 @@ async def _operator_scenario(tmp_path: Path, namespaces: tuple[str, ...]) -> lis
             plan["metadata"]["name"],
             lambda s: any((i.get("observed") or {}).get("reason") for i in s.get("islands") or []),
         )
-        await apply(cluster, variant(plan, launch=True, pools=[{"name": "cluster-b"}], relaunch=1))
+        await apply(cluster, variant(plan, **one_pool, relaunch=1))
         await status_of(
             cluster,
             "trainingplans",
@@ -617,6 +629,25 @@ async def _operator_scenario(tmp_path: Path, namespaces: tuple[str, ...]) -> lis
             plan["metadata"]["name"],
             lambda s: (s.get("launch") or {}).get("relaunch") == 1 and s.get("phase") == "Launched",
         )
+        # a second plan, queued in Kueue as a JobSet on the pool's flavor, admitted, relaunched
+        h200 = pool_a["spec"]["nodeSelector"]
+        queued = copy.deepcopy(plan)
+        queued["metadata"]["name"] = "queued"
+        queued["spec"].update(launch=True, pools=[{"name": "cluster-a"}], queueName="team-a")
+        await apply(cluster, flavor("h200", h200), cluster_queue(gpus=64), LOCAL_QUEUE)
+        await apply(cluster, with_flavor(pool_a, "h200"), queued)
+        admitted = {"type": "Admitted", "status": "True"}
+
+        def admitted_at(relaunch: int) -> Any:
+            return lambda s: (
+                (s.get("launch") or {}).get("relaunch") == relaunch
+                and any(admitted.items() <= c.items() for c in s.get("conditions", []))
+            )
+
+        await status_of(cluster, "trainingplans", "default", "queued", admitted_at(0))
+        queued["spec"]["relaunch"] = 1
+        await apply(cluster, queued)
+        await status_of(cluster, "trainingplans", "default", "queued", admitted_at(1))
         # quiesce: with the benchmark off, the pool's poll timer stops patching before kopf exits
         await apply(cluster, variant(pool_a, benchmark={"enabled": False}))
         await status_of(
@@ -710,6 +741,15 @@ def test_every_operator_api_call_is_allowed_by_the_chart(
         ("", "events", "create"),
         ("shardmeter.io", "trainingplans/status", "patch"),
         ("shardmeter.io", "gpupools/status", "patch"),
+        ("apiextensions.k8s.io", "customresourcedefinitions", "get"),
+        ("jobset.x-k8s.io", "jobsets", "create"),
+        ("jobset.x-k8s.io", "jobsets", "list"),
+        ("jobset.x-k8s.io", "jobsets", "watch"),
+        ("jobset.x-k8s.io", "jobsets", "delete"),
+        ("kueue.x-k8s.io", "workloads", "list"),
+        ("kueue.x-k8s.io", "workloads", "watch"),
+        ("kueue.x-k8s.io", "localqueues", "get"),
+        ("kueue.x-k8s.io", "resourceflavors", "get"),
         ("", "pods", "list"),
         ("", "pods/log", "get"),
     ]:

@@ -5,6 +5,7 @@ of them must be the plan."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -20,10 +21,17 @@ import yaml
 from launch_local import torchtitan_pythonpath
 from launch_local.kubelet import local_pods, trainer_argv
 from shardmeter.errors import SpecError
+from shardmeter_operator.lighthouse import lighthouse_name
 from shardmeter_operator.plancontext import apply_outcome
 from shardmeter_operator.planning import plan_outcome, plan_request
-from shardmeter_operator.resources import GPUPoolSpec, TrainingPlanSpec, TrainingPlanStatus
+from shardmeter_operator.resources import (
+    GPUPoolSpec,
+    TrainingPlanSpec,
+    TrainingPlanStatus,
+    WorkloadKind,
+)
 from shardmeter_operator.runtime_manifests import launch_manifests
+from shardmeter_operator.workload import launch_islands
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 REPO = Path(__file__).resolve().parents[1]
@@ -53,7 +61,12 @@ def case_study(
     return spec, status
 
 
-def render(spec: TrainingPlanSpec, st: TrainingPlanStatus, check: bool) -> list[dict[str, Any]]:
+def render(
+    spec: TrainingPlanSpec,
+    st: TrainingPlanStatus,
+    check: bool,
+    workload: WorkloadKind = WorkloadKind.JOB,
+) -> list[dict[str, Any]]:
     return launch_manifests(
         "case",
         "default",
@@ -65,6 +78,7 @@ def render(spec: TrainingPlanSpec, st: TrainingPlanStatus, check: bool) -> list[
         revision="r",
         bench_image="b",
         check=check,
+        workload=workload,
     )
 
 
@@ -84,8 +98,9 @@ def parse(argvs: list[list[str]]) -> list[dict[str, Any]]:
 
 
 def island_argvs(manifests: list[dict[str, Any]]) -> list[list[str]]:
+    """The trainer's arguments in every island pod (a JobSet expanded as JobSet would)."""
     pods, _ = local_pods(manifests, "default")
-    return [trainer_argv(p.argv) for p in pods if "-island-" in p.name]
+    return [trainer_argv(p.argv) for p in pods if not p.name.startswith(lighthouse_name("case"))]
 
 
 def check_island(
@@ -157,6 +172,32 @@ def test_every_case_study_island_parses_as_planned() -> None:
         {**spec1.model_dump(by_alias=True), "training": training}
     )
     (compiled,) = island_argvs(render(tuned, status1, check=True))[:1]
+    # the same plan as a JobSet: one replicated Job per run of same-shaped islands (the plan's
+    # pools in order); each pod's replica id is JobSet's job-global-index
+    jobset_status = status2.model_copy(
+        update={"islands": launch_islands("case", status2.islands, WorkloadKind.JOBSET)}
+    )
+    (js,) = [
+        m
+        for m in render(spec2, jobset_status, check=False, workload=WorkloadKind.JOBSET)
+        if m["kind"] == "JobSet"
+    ]
+    runs = [
+        (k, len(list(g)))
+        for k, g in itertools.groupby(
+            (i["pool"], i["nodes"], i["gpusPerNode"]) for i in st2["islands"]
+        )
+    ]
+    assert len(runs) == 2  # both pools are used, so the check below covers two replicated Jobs
+    assert [(r["name"], r["replicas"]) for r in js["spec"]["replicatedJobs"]] == [
+        (f"g{g}", n) for g, (_, n) in enumerate(runs)
+    ]
+    args = js["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    assert "--fault_tolerance.replica_id=$(SHARDMETER_ISLAND_ID)" in args["containers"][0]["args"]
+    argvs_js = island_argvs(render(spec2, jobset_status, check=False, workload=WorkloadKind.JOBSET))
+    # expanded per pod from JobSet's annotations, every island's trainer gets exactly the
+    # arguments its plain Job's pods get (and those parse as planned, below)
+    assert argvs_js == argvs2  # every pod of every island
     parsed = parse([*per_island2, *argvs1, compiled, rejected])
     assert (
         parsed[-2]["compile"] is True

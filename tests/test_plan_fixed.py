@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from shardmeter.plan.fixed import FixedGroup, evaluate_fixed
+from shardmeter.plan.fixed import evaluate_fixed
+from shardmeter.plan.groups import IslandGroup
 from shardmeter.plan.result import build_result, summarise
 from shardmeter.plan.schema import PlanSpec, load_plan
 from shardmeter.plan.search import search
@@ -15,11 +16,11 @@ from shardmeter.plan.search import search
 REPO = Path(__file__).resolve().parents[1]
 
 
-def chosen_groups(spec: PlanSpec) -> tuple[list[FixedGroup], object]:
+def chosen_groups(spec: PlanSpec) -> tuple[list[IslandGroup], object]:
     result = build_result(search(spec))
     c = result.chosen
     groups = [
-        FixedGroup(g.pool, g.count, g.nodes, g.gpus_per_node, g.micro_batch, g.accumulation)
+        IslandGroup(g.pool, g.count, g.nodes, g.gpus_per_node, g.micro_batch, g.accumulation)
         for g in c.groups
     ]
     return groups, c
@@ -72,7 +73,7 @@ def test_the_plan_the_old_greedy_never_scored_is_found() -> None:
     assert len(found) == 1
     p = found[0]
     groups = [
-        FixedGroup(g.pool, g.count, g.nodes, g.gpus_per_node, g.micro_batch, g.accumulation)
+        IslandGroup(g.pool, g.count, g.nodes, g.gpus_per_node, g.micro_batch, g.accumulation)
         for g in p.groups
     ]
     assert [g.micro_batch for g in p.groups] == [3, 1]

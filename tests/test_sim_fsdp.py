@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shardmeter.cost.model import CostModel
+from shardmeter.output.trace import trace_json
 from shardmeter.sim.engine import Kind
 from shardmeter.sim.fsdp import (
     FSDPDurations,
@@ -19,7 +20,6 @@ from shardmeter.sim.fsdp import (
     simulate_fsdp_step,
 )
 from shardmeter.sim.scenario import IslandShape, IslandStepModel
-from shardmeter.sim.trace import trace_json
 from shardmeter.spec.hardware import PoolSpec
 from shardmeter.spec.model import MODEL_PRESETS
 from shardmeter.spec.training import GradientSync, TrainingSpec

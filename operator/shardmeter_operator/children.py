@@ -15,11 +15,14 @@ from shardmeter_operator.manifests import PLAN_REVISION_LABEL, PLAN_UID_LABEL
 
 Manifest = dict[str, Any]
 CHILD_KINDS: list[tuple[str, str]] = [
-    ("batch/v1", "Job"),
+    ("batch/v1", "Job"),  # island Jobs, and the child Jobs of the plan's JobSet
     ("v1", "Service"),
     ("apps/v1", "Deployment"),  # the torchft lighthouse
+    ("jobset.x-k8s.io/v1alpha2", "JobSet"),  # none listed when the JobSet CRD is absent
 ]
-"""(apiVersion, kind) of everything a launch may create; a new child kind registers here."""
+"""(apiVersion, kind) of everything a launch may create; a new child kind registers here.
+A JobSet's child Jobs carry the plan's labels too (its Job template's): they are listed, to
+follow the islands, but owned by the JobSet, never deleted or adopted by the plan."""
 
 
 async def list_children(kube: Kube, namespace: str, uid: str) -> list[Manifest]:
@@ -40,6 +43,12 @@ class Ensured:
     """Why a name is taken by something this plan does not own (nothing more is created)."""
 
 
+def _owned_by(obj: Manifest, uid: str) -> bool:
+    return any(
+        r.get("uid") == uid for r in (obj.get("metadata") or {}).get("ownerReferences") or []
+    )
+
+
 def _labels(obj: Manifest) -> dict[str, str]:
     return dict((obj.get("metadata") or {}).get("labels") or {})
 
@@ -56,6 +65,8 @@ async def ensure_children(
     the first conflict."""
     result = Ensured()
     for child in existing:
+        if not _owned_by(child, uid):
+            continue  # e.g. a JobSet's child Job: goes with its JobSet
         labels = _labels(child)
         if labels.get(PLAN_UID_LABEL) == uid and labels.get(PLAN_REVISION_LABEL) != revision:
             meta = child["metadata"]

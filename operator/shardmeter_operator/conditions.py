@@ -25,6 +25,10 @@ class Type:
     """An observed island's inner step is off its prediction by more than the threshold."""
     COEFFICIENTS_READY = "CoefficientsReady"
     BENCHMARK_SUCCEEDED = "BenchmarkSucceeded"
+    QUOTA_RESERVED = "QuotaReserved"
+    """Kueue reserved quota for the plan's workload (plans with ``spec.queueName``)."""
+    ADMITTED = "Admitted"
+    """Kueue admitted the plan's workload: its islands may start."""
 
 
 class Reason:
@@ -63,6 +67,17 @@ class Reason:
     BENCHMARK_FAILED = "BenchmarkFailed"
     BENCHMARK_RETRYING = "BenchmarkBackOff"
     INVALID_COEFFICIENTS = "InvalidCoefficients"
+    JOBSET_CREATED = "JobSetCreated"
+    WORKLOAD_UNAVAILABLE = "WorkloadUnavailable"
+    """``spec.workload`` (or ``spec.maxRestarts``) asks for a kind the cluster does not serve."""
+    QUEUE_NOT_FOUND = "QueueNotFound"
+    """``spec.queueName`` names no LocalQueue in the namespace (or Kueue is not installed)."""
+    FLAVOR_MISMATCH = "FlavorMismatch"
+    """A pool's ``spec.kueue.flavor`` is missing or contradicts the pool's placement."""
+    WORKLOAD_NOT_CREATED = "WorkloadNotCreated"
+    """Kueue has not created a Workload for the plan's JobSet or Jobs yet."""
+    QUOTA_RESERVED = "QuotaReserved"
+    ADMITTED = "Admitted"
     NOT_OBSERVED = "NotObserved"
     STEP_TIME_DRIFT = "StepTimeDrift"
     WITHIN_THRESHOLD = "WithinThreshold"

@@ -44,6 +44,7 @@ from shardmeter_operator.resources import (
     TrainingPlanStatus,
 )
 from shardmeter_operator.trainingplan import reconcile_plan
+from shardmeter_operator.workload_jobset import jobset_name
 
 log = structlog.get_logger("shardmeter_operator")
 Key = tuple[str, str, str]
@@ -136,6 +137,17 @@ class Controller:
         for (ns, name), body in self.plans.items():
             if ns == namespace and job in ((body.get("status") or {}).get("jobs") or []):
                 return ns, name
+        return None
+
+    def plan_for_owner(self, namespace: str, kind: str, name: str) -> tuple[str, str] | None:
+        """The launched plan that created the Job or JobSet ``name`` (a Kueue Workload's
+        owner): an island Job by the plans' recorded Jobs, a JobSet by its name."""
+        if kind == "Job":
+            return self.plan_for_job(namespace, name)
+        if kind == "JobSet":
+            return next(
+                (k for k in self.plans if k[0] == namespace and jobset_name(k[1]) == name), None
+            )
         return None
 
     def plans_using(self, pool: str) -> list[tuple[str, str]]:

@@ -141,7 +141,7 @@ def crd(
     scope: str,
     spec: type[BaseModel],
     status: type[BaseModel],
-    columns: list[dict[str, str]],
+    columns: list[dict[str, Any]],
     short: list[str],
 ) -> dict[str, Any]:
     spec_schema = openapi_schema(spec)
@@ -236,6 +236,14 @@ def all_crds() -> dict[str, dict[str, Any]]:
                 "jsonPath": ".status.predictions.outerStepBlockingSeconds",
             },
             _condition_column("Drift", "PredictionDrift"),
+            {
+                "name": "Workload",
+                "type": "string",
+                "jsonPath": ".status.launch.workload",
+                "priority": 1,
+            },
+            {**_condition_column("Admitted", "Admitted"), "priority": 1},
+            {"name": "Restarts", "type": "integer", "jsonPath": ".status.restarts", "priority": 1},
             age,
         ],
         ["tplan"],

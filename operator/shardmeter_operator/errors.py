@@ -27,12 +27,27 @@ class RuntimeCannotExpressError(SpecError):
     """The chosen plan cannot run as planned on torchtitan's fault-tolerant trainer."""
 
 
+class WorkloadUnavailableError(SpecError):
+    """The workload kind the spec asks for is not served by the cluster (its CRD is absent)."""
+
+
+class QueueNotFoundError(SpecError):
+    """``spec.queueName`` names no Kueue LocalQueue in the plan's namespace."""
+
+
+class FlavorError(SpecError):
+    """A pool's Kueue ResourceFlavor is missing or contradicts the pool's placement."""
+
+
 _REASONS: tuple[tuple[type[SpecError], str], ...] = (
     (PoolNotFoundError, Reason.POOL_NOT_FOUND),
     (PoolInvalidError, Reason.POOL_INVALID),
     (TemplateError, Reason.INVALID_TEMPLATE),
     (ChildConflictError, Reason.NAME_CONFLICT),
     (RuntimeCannotExpressError, Reason.NOT_LAUNCHABLE),
+    (WorkloadUnavailableError, Reason.WORKLOAD_UNAVAILABLE),
+    (QueueNotFoundError, Reason.QUEUE_NOT_FOUND),
+    (FlavorError, Reason.FLAVOR_MISMATCH),
 )
 
 

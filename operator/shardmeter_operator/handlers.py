@@ -3,8 +3,10 @@
 Only ``on.event`` handlers: no timers, daemons or mandatory delete
 handlers, so kopf never puts a finalizer on a GPUPool or TrainingPlan (deleting one — or its
 namespace — never waits for the operator). Server-side selectors keep the watches of Jobs,
-and Events to the operator's own; the coefficients ConfigMaps are watched in the operator's
-namespace only (``Controller.watch_coefficients``)."""
+JobSets and Events to the operator's own; Kueue's Workloads go to the plan that owns their
+JobSet or Job; the coefficients ConfigMaps are watched in the operator's namespace only
+(``Controller.watch_coefficients``). Kinds whose CRD is not installed (JobSet, Kueue) are
+watched once it is (kopf follows the CRDs)."""
 
 from __future__ import annotations
 
@@ -17,13 +19,17 @@ from shardmeter_operator import metrics
 from shardmeter_operator.config import OperatorConfig
 from shardmeter_operator.controller import Controller
 from shardmeter_operator.kube import Kube, connection_info, load_configuration
+from shardmeter_operator.kueue import GROUP as KUEUE_GROUP
+from shardmeter_operator.kueue import VERSION as KUEUE_VERSION
 from shardmeter_operator.manifests import (
     COMPONENT_LABEL,
     MANAGED_BY,
     PLAN_UID_LABEL,
     POOL_ANNOTATION,
 )
-from shardmeter_operator.resources import GROUP, VERSION, TrainingPlanStatus
+from shardmeter_operator.resources import GROUP, VERSION, GPUPoolStatus, TrainingPlanStatus
+from shardmeter_operator.workload_jobset import GROUP as JOBSET_GROUP
+from shardmeter_operator.workload_jobset import VERSION as JOBSET_VERSION
 
 GPUPOOLS = (GROUP, VERSION, "gpupools")
 PLANS = (GROUP, VERSION, "trainingplans")
@@ -32,15 +38,21 @@ FAILED_CREATE = "reason=FailedCreate,involvedObject.kind=Job"
 
 
 def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
+    """The operator's handlers: its lifecycle, the two kinds it reconciles, their children."""
     registry = kopf.OperatorRegistry()
+    _lifecycle(registry)
+    _gpupools(registry)
+    _trainingplans(registry)
+    _children(registry)
+    return registry
+
+
+def _lifecycle(registry: kopf.OperatorRegistry) -> None:
+    """Startup (settings, the API client, peering, the controller), cleanup, login, probe."""
 
     @kopf.on.startup(registry=registry)
     async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
-        settings.posting.level = logging.WARNING  # Events are posted explicitly, not per log line
-        settings.watching.server_timeout = 300
-        settings.networking.request_timeout = 60
-        settings.watching.label_selectors["batch", "v1", "jobs"] = OURS
-        settings.watching.field_selectors["v1", "events"] = FAILED_CREATE
+        _configure(settings)
         if getattr(memo, "kube", None) is None:
             memo.kube = Kube(load_configuration(memo.config.kubeconfig))
         peering = None if settings.peering.standalone else settings.peering.name
@@ -71,27 +83,48 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
         controller = getattr(memo, "controller", None)
         return controller.health() if controller is not None else {"starting": True}
 
+
+def _configure(settings: kopf.OperatorSettings) -> None:
+    settings.posting.level = logging.WARNING  # Events are posted explicitly, not per log line
+    settings.watching.server_timeout = 300
+    settings.networking.request_timeout = 60
+    settings.watching.label_selectors["batch", "v1", "jobs"] = OURS
+    settings.watching.label_selectors[JOBSET_GROUP, JOBSET_VERSION, "jobsets"] = OURS
+    settings.watching.field_selectors["v1", "events"] = FAILED_CREATE
+
+
+def _controller(memo: kopf.Memo) -> Controller:
+    """The controller, told that a handler runs (it keeps kopf's context for later work)."""
+    ctl: Controller = memo.controller
+    ctl.in_handler()
+    return ctl
+
+
+def _gpupools(registry: kopf.OperatorRegistry) -> None:
     @kopf.on.event(*GPUPOOLS, registry=registry, id="gpupool")
     async def gpupool_event(
         type: str | None, body: kopf.Body, name: str, memo: kopf.Memo, **_: Any
     ) -> None:
-        ctl: Controller = memo.controller
-        ctl.in_handler()
+        ctl = _controller(memo)
         if type == "DELETED":
             ctl.observe_pool(body, deleted=True)
             metrics.forget_pool(name)
         else:
             ctl.observe_pool(body)
-            status = body.get("status") or {}
-            generation = int(body["metadata"].get("generation") or 0)
-            if (
-                type is None
-                or status.get("observedGeneration") != generation
-                or ctl.pool_needs_work(body)
-            ):
+            if _pool_needs_reconcile(type, body, ctl):
                 await ctl.pool(name)  # new spec, (re)start or a reset: re-read ConfigMap, Job
         await ctl.fan_out(name)
 
+
+def _pool_needs_reconcile(type_: str | None, body: kopf.Body, ctl: Controller) -> bool:
+    """Whether a GPUPool event calls for its reconcile: the listing at (re)start, a spec its
+    status has not answered, or a reset of its observed correction."""
+    status = GPUPoolStatus.model_validate(body.get("status") or {})
+    generation = int(body["metadata"].get("generation") or 0)
+    return type_ is None or status.observed_generation != generation or ctl.pool_needs_work(body)
+
+
+def _trainingplans(registry: kopf.OperatorRegistry) -> None:
     @kopf.on.event(*PLANS, registry=registry, id="trainingplan")
     async def trainingplan_event(
         type: str | None,
@@ -101,8 +134,7 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
         memo: kopf.Memo,
         **_: Any,
     ) -> None:
-        ctl: Controller = memo.controller
-        ctl.in_handler()
+        ctl = _controller(memo)
         if type == "DELETED":
             ctl.observe_plan(body, deleted=True)
             metrics.forget_plan(namespace or "", name)
@@ -112,25 +144,41 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
         if (type is None and launched) or ctl.plans_need_work(namespace or "", name):
             await ctl.plan(namespace or "", name)
 
+
+def _children(registry: kopf.OperatorRegistry) -> None:
+    """What the operator created or asked for: Jobs (benchmarks, islands), JobSets, Kueue
+    Workloads and the Job controller's FailedCreate Events; each goes to its owner."""
+
     @kopf.on.event("batch", "v1", "jobs", registry=registry, id="child-job")
     async def job_event(
-        body: kopf.Body,
-        labels: kopf.Labels,
-        annotations: kopf.Annotations,
-        memo: kopf.Memo,
-        **_: Any,
+        labels: kopf.Labels, annotations: kopf.Annotations, memo: kopf.Memo, **_: Any
     ) -> None:
-        ctl: Controller = memo.controller
-        ctl.in_handler()
+        ctl = _controller(memo)
         if labels.get(COMPONENT_LABEL) == "bench" and POOL_ANNOTATION in annotations:
             await ctl.pool(annotations[POOL_ANNOTATION])
         elif (key := ctl.plan_uids.get(labels.get(PLAN_UID_LABEL, ""))) is not None:
             await ctl.plan(*key)
 
+    @kopf.on.event(JOBSET_GROUP, JOBSET_VERSION, "jobsets", registry=registry, id="child-jobset")
+    async def jobset_event(labels: kopf.Labels, memo: kopf.Memo, **_: Any) -> None:
+        ctl = _controller(memo)
+        if (key := ctl.plan_uids.get(labels.get(PLAN_UID_LABEL, ""))) is not None:
+            await ctl.plan(*key)
+
+    @kopf.on.event(KUEUE_GROUP, KUEUE_VERSION, "workloads", registry=registry, id="kueue-workload")
+    async def workload_event(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+        """Kueue admitted, preempted or finished the Workload of a plan's JobSet or Job."""
+        ctl = _controller(memo)
+        namespace = str(body.get("metadata", {}).get("namespace") or "")
+        for ref in body.get("metadata", {}).get("ownerReferences") or []:
+            key = ctl.plan_for_owner(namespace, str(ref.get("kind")), str(ref.get("name")))
+            if key is not None:
+                await ctl.plan(*key)
+                return
+
     @kopf.on.event("v1", "events", registry=registry, id="failed-create")
     async def event_event(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-        ctl: Controller = memo.controller
-        ctl.in_handler()
+        ctl = _controller(memo)
         involved = body.get("involvedObject") or {}
         uid = str(involved.get("uid") or "")
         if type == "DELETED" or not uid:
@@ -141,5 +189,3 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
         )
         if key is not None:
             await ctl.plan(*key)
-
-    return registry

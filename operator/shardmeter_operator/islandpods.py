@@ -1,10 +1,13 @@
 """An island's pods, and which one runs rank 0 (whose log the operator reads).
 
-Today an island is an Indexed Job: the Job controller labels its pods
+An island is an Indexed Job — its own (workload Job), or the child Job its JobSet creates for
+it (workload JobSet: ``status.islands[].name`` is that Job's name, see
+:mod:`shardmeter_operator.workload_jobset`): the Job controller labels its pods
 ``batch.kubernetes.io/job-name=<job>`` (Kubernetes ≥ 1.27; the chart's oldest) and marks each
 with its completion index (annotation, and label from 1.28), which the rendered pod turns into
-``NODE_RANK``; torchrun's local rank 0 on node rank 0 is global rank 0. Another workload kind
-(a JobSet's replicated Jobs) extends :func:`island_pods` and nothing else.
+``NODE_RANK``; torchrun's local rank 0 on node rank 0 is global rank 0. A JobSet restart
+recreates the Job under the same name: the previous attempt's pods are being deleted (and are
+skipped) or gone (``BlockingRecreate``).
 """
 
 from __future__ import annotations

@@ -25,10 +25,12 @@ def load_configuration(kubeconfig: str | None = None) -> kubernetes.client.Confi
     (``kubeconfig`` argument, then $KUBECONFIG, then ~/.kube/config) — read at call time."""
     cfg = kubernetes.client.Configuration()
     if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
-        kubernetes.config.load_incluster_config(client_configuration=cfg)
+        kubernetes.config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]  # kubernetes' config loaders are unannotated
     else:
         path = kubeconfig or os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
-        kubernetes.config.load_kube_config(config_file=path, client_configuration=cfg)
+        kubernetes.config.load_kube_config(  # type: ignore[no-untyped-call]  # unannotated
+            config_file=path, client_configuration=cfg
+        )
     return cfg
 
 
@@ -67,6 +69,31 @@ _KINDS: dict[tuple[str, str], _Kind] = {
 }
 
 
+@dataclass(frozen=True)
+class _Custom:
+    """A kind served by a CRD (read and written through the CustomObjectsApi)."""
+
+    group: str
+    version: str
+    plural: str
+    namespaced: bool = True
+
+
+_CUSTOM: dict[tuple[str, str], _Custom] = {
+    ("jobset.x-k8s.io/v1alpha2", "JobSet"): _Custom("jobset.x-k8s.io", "v1alpha2", "jobsets"),
+    ("kueue.x-k8s.io/v1beta1", "Workload"): _Custom("kueue.x-k8s.io", "v1beta1", "workloads"),
+    ("kueue.x-k8s.io/v1beta1", "LocalQueue"): _Custom("kueue.x-k8s.io", "v1beta1", "localqueues"),
+    ("kueue.x-k8s.io/v1beta1", "ResourceFlavor"): _Custom(
+        "kueue.x-k8s.io", "v1beta1", "resourceflavors", namespaced=False
+    ),
+    ("apiextensions.k8s.io/v1", "CustomResourceDefinition"): _Custom(
+        "apiextensions.k8s.io", "v1", "customresourcedefinitions", namespaced=False
+    ),
+}
+"""Kinds of other projects' CRDs (JobSet, Kueue) and the CRDs themselves. Reading a kind whose
+CRD is not installed answers 404: ``get`` gives None and ``list`` an empty list."""
+
+
 class Kube:
     """The API calls the operator makes — every one of them (the Helm chart's ClusterRole
     is checked against this class by a test)."""
@@ -85,13 +112,24 @@ class Kube:
         return getattr(kubernetes.client, kind.api)(self.client), kind
 
     def _plain(self, obj: Any) -> Manifest:
-        return dict(self.client.sanitize_for_serialization(obj))
+        # the generated ApiClient is unannotated
+        return dict(self.client.sanitize_for_serialization(obj))  # type: ignore[no-untyped-call]
 
     async def create(self, manifest: Manifest) -> tuple[Manifest, bool]:
         """Create ``manifest``; if it exists, return the existing object. (obj, created)"""
-        api, kind = self._api(manifest)
         ns = manifest["metadata"]["namespace"]
         try:
+            custom = _CUSTOM.get((manifest["apiVersion"], manifest["kind"]))
+            if custom is not None:
+                api: Any = kubernetes.client.CustomObjectsApi(self.client)
+                c = custom
+                created = await asyncio.to_thread(
+                    lambda: api.create_namespaced_custom_object(
+                        c.group, c.version, ns, c.plural, manifest
+                    )
+                )
+                return dict(created), True
+            api, kind = self._api(manifest)
             obj = await asyncio.to_thread(
                 getattr(api, f"create_namespaced_{kind.plural}"), ns, manifest
             )
@@ -108,8 +146,14 @@ class Kube:
             ) from exc
 
     async def get(
-        self, api_version: str, kind_name: str, namespace: str, name: str
+        self, api_version: str, kind_name: str, namespace: str | None, name: str
     ) -> Manifest | None:
+        custom = _CUSTOM.get((api_version, kind_name))
+        if custom is not None:
+            c = custom
+            return await self.get_custom(
+                c.group, c.version, c.plural, namespace if c.namespaced else None, name
+            )
         api, kind = self._api((api_version, kind_name))
         try:
             obj = await asyncio.to_thread(
@@ -138,14 +182,30 @@ class Kube:
     async def list(
         self, api_version: str, kind_name: str, namespace: str, label_selector: str
     ) -> list[Manifest]:
-        """Objects of a kind in a namespace matching a label selector."""
-        api, kind = self._api((api_version, kind_name))
-        fn = getattr(api, f"list_namespaced_{kind.plural}")
+        """Objects of a kind in a namespace matching a label selector (a kind whose CRD is
+        not installed has none)."""
+        custom = _CUSTOM.get((api_version, kind_name))
         try:
-            result = await asyncio.to_thread(lambda: fn(namespace, label_selector=label_selector))
+            if custom is not None:
+                api: Any = kubernetes.client.CustomObjectsApi(self.client)
+                c = custom
+                result = await asyncio.to_thread(
+                    lambda: api.list_namespaced_custom_object(
+                        c.group, c.version, namespace, c.plural, label_selector=label_selector
+                    )
+                )
+                items = list((result or {}).get("items") or [])
+            else:
+                api, kind = self._api((api_version, kind_name))
+                fn = getattr(api, f"list_namespaced_{kind.plural}")
+                listed = await asyncio.to_thread(
+                    lambda: fn(namespace, label_selector=label_selector)
+                )
+                items = self._plain(listed).get("items") or []
         except ApiException as exc:
+            if custom is not None and exc.status == 404:
+                return []
             raise _temporary(exc, f"list {kind_name} in {namespace}") from exc
-        items = self._plain(result).get("items") or []
         for item in items:  # list items carry no apiVersion/kind
             item.setdefault("apiVersion", api_version)
             item.setdefault("kind", kind_name)
@@ -154,9 +214,19 @@ class Kube:
     async def delete(self, api_version: str, kind_name: str, namespace: str, name: str) -> None:
         """Delete with Foreground propagation (the object goes once its pods are gone); a
         missing object is already deleted."""
-        api, kind = self._api((api_version, kind_name))
-        fn = getattr(api, f"delete_namespaced_{kind.plural}")
         body = kubernetes.client.V1DeleteOptions(propagation_policy="Foreground")
+        custom = _CUSTOM.get((api_version, kind_name))
+        if custom is not None:
+            api: Any = kubernetes.client.CustomObjectsApi(self.client)
+            c = custom
+
+            def fn(name: str, namespace: str, body: Any) -> Any:
+                return api.delete_namespaced_custom_object(
+                    c.group, c.version, namespace, c.plural, name, body=body
+                )
+        else:
+            typed, kind = self._api((api_version, kind_name))
+            fn = getattr(typed, f"delete_namespaced_{kind.plural}")
         try:
             await asyncio.to_thread(lambda: fn(name, namespace, body=body))
         except ApiException as exc:
@@ -315,7 +385,7 @@ class Kube:
             response.shutdown()
 
     def close(self) -> None:
-        self.client.close()
+        self.client.close()  # type: ignore[no-untyped-call]  # the generated ApiClient is unannotated
 
 
 class LogUnavailableError(Exception):

@@ -43,13 +43,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from shardmeter_operator.planning import revision
 from shardmeter_operator.resources import (
     DiLoCoSettings,
     IslandState,
     IslandStatus,
     TrainingPlanPhase,
 )
+from shardmeter_operator.revisions import revision
 
 Manifest = dict[str, Any]
 ISLAND_SHAPE = {
@@ -99,7 +99,7 @@ def job_state(job: Manifest | None, rejected: str = "") -> tuple[IslandState, st
     want = int((job.get("spec") or {}).get("parallelism") or 1)
     ready = status.get("ready")
     running = int(ready if ready is not None else status.get("active") or 0)
-    if _condition(job, "Suspended") is not None:
+    if _condition(job, "Suspended") is not None or (job.get("spec") or {}).get("suspend"):
         return IslandState.PENDING, "Suspended", "the Job is suspended (e.g. queued by Kueue)"
     if running >= want:
         return IslandState.RUNNING, "PodsReady", f"{running}/{want} pods ready"

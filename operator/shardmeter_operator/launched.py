@@ -1,69 +1,58 @@
-"""Launched TrainingPlans (the rules are in :mod:`shardmeter_operator.launch`): a relaunch,
-creating the children of the recorded decision, spec drift, re-evaluation with new
-coefficients, and following the islands."""
+"""Launched TrainingPlans, the pure half (the rules are in :mod:`shardmeter_operator.launch`):
+a relaunch, the children of the recorded decision, what their creation came to, spec drift,
+re-evaluation with new coefficients, and following the islands."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from shardmeter_operator import metrics
-from shardmeter_operator.children import ensure_children, list_children
+from shardmeter_operator.children import Ensured
 from shardmeter_operator.conditions import Reason, Type, get_condition, set_condition
-from shardmeter_operator.errors import RuntimeCannotExpressError
-from shardmeter_operator.launch import (
-    ISLAND_SHAPE,
-    decision_revision,
-    follow_islands,
-    plan_phase,
-    transitions,
-)
-from shardmeter_operator.manifests import (
-    PLAN_REVISION_LABEL,
-)
-from shardmeter_operator.observe import launch_digest, observe_only_change, observe_plan
-from shardmeter_operator.plancontext import (
-    PlanContext,
-    PlanResult,
-    Validated,
-    apply_outcome,
+from shardmeter_operator.errors import FlavorError, RuntimeCannotExpressError, reason_for
+from shardmeter_operator.launch import ISLAND_SHAPE, plan_phase, transitions
+from shardmeter_operator.manifests import PLAN_REVISION_LABEL
+from shardmeter_operator.observe import observe_only_change
+from shardmeter_operator.plancontext import PlanResult, Validated
+from shardmeter_operator.planning import reevaluate
+from shardmeter_operator.plansteps import (
+    PlanInputs,
     blocking,
     coefficients,
-    pool_revisions,
-    search,
-    search_in_worker,
-)
-from shardmeter_operator.planning import (
-    reevaluate,
+    needs_reevaluation,
+    plan,
+    record_launch,
 )
 from shardmeter_operator.resources import (
     DiLoCoSettings,
     IslandState,
-    LaunchRecord,
     TrainingPlanPhase,
     TrainingPlanSpec,
     TrainingPlanStatus,
 )
-from shardmeter_operator.runtime_manifests import launch_manifests, launchable_run, refuse_launch
+from shardmeter_operator.runtime_manifests import launch_manifests
+from shardmeter_operator.workload import (
+    follow_workload,
+    island_states,
+    launched_message,
+    rendered_pools,
+    used_pools,
+)
+
+Manifest = dict[str, Any]
 
 
-# ---- launched plans ---------------------------------------------------------------------------
-async def reconcile_launched(
-    name: str,
-    namespace: str,
-    uid: str,
-    generation: int,
-    spec_raw: Mapping[str, Any],
-    ok: Validated | None,
-    children: list[dict[str, Any]],
-    ctx: PlanContext,
-    out: PlanResult,
-) -> None:
-    st = out.status
+def decide_launched(inputs: PlanInputs, ok: Validated | None, out: PlanResult) -> None:
+    """A plan with a launch record or children: frozen islands (rule 2), a relaunch on
+    request (rule 4), the rest of the recorded decision's children (rule 1), or following."""
+    st, generation = out.status, inputs.generation
     if st.launch is None:  # children exist, but the status lost the decision (restored?)
         revisions = sorted(
-            {str((c["metadata"].get("labels") or {}).get(PLAN_REVISION_LABEL)) for c in children}
+            {
+                str((c["metadata"].get("labels") or {}).get(PLAN_REVISION_LABEL))
+                for c in inputs.children
+            }
         )
         st.phase = TrainingPlanPhase.LAUNCHED
         st.conditions = set_condition(
@@ -71,37 +60,16 @@ async def reconcile_launched(
             Type.LAUNCHED,
             True,
             Reason.CHILDREN_MISSING,
-            f"{len(children)} children of revision(s) {', '.join(revisions)} exist but the status "
-            "has no launch record: nothing is re-planned or re-created; bump spec.relaunch to "
-            "replace them",
+            f"{len(inputs.children)} children of revision(s) {', '.join(revisions)} exist but "
+            "the status has no launch record: nothing is re-planned or re-created; bump "
+            "spec.relaunch to replace them",
             generation,
         )
         return
     if ok is not None and ok.spec.relaunch != st.launch.relaunch:
-        docs = await coefficients(ok, ctx, out, generation)
-        outcome = await search(name, namespace, ok, docs, out, generation)
-        if outcome is None:
-            return  # the running islands stay; Planned=False says why the relaunch waits
-        apply_outcome(st, outcome)
-        blocking(
-            st, ok, outcome.predictions.outer_step_blocking_seconds, "", namespace, name, generation
-        )
-        try:  # the relaunched plan must run as planned on torchtitan-FT, or nothing changes
-            launchable_run(ok.spec, st, namespace)
-        except RuntimeCannotExpressError as exc:
-            event = refuse_launch(st, exc, generation)
-            out.events += [event] if event else []
+        # the running islands stay unless the relaunched plan is found and launchable
+        if not plan(inputs, ok, out) or not record_launch(inputs, ok, out):
             return
-        revision = decision_revision(
-            uid, ok.spec.relaunch, st.islands, st.streaming_di_lo_co, ok.spec.template
-        )
-        st.launch = LaunchRecord(
-            revision=revision,
-            relaunch=ok.spec.relaunch,
-            generation=generation,
-            complete=False,
-            spec_digest=launch_digest(ok.spec),
-        )
         st.phase = TrainingPlanPhase.PLANNED
         out.events.append(("Normal", Reason.RELAUNCHING, f"relaunch {ok.spec.relaunch}: {st.plan}"))
     if not st.launch.complete:
@@ -115,23 +83,98 @@ async def reconcile_launched(
                 generation,
             )
             return
-        await create_children(name, namespace, uid, generation, ok, children, ctx, out)
-        if not st.launch.complete:
-            return
-        children = await list_children(ctx.kube, namespace, uid)
-    drift(st, generation, out, ok.spec if ok is not None else None)
-    if ok is not None and _needs_reevaluation(st, ok, ctx):
-        await _reevaluate(name, namespace, generation, ok, ctx, out)
-    follow(name, namespace, generation, children, ctx, out)
-    await observe_plan(name, namespace, uid, ok, ctx, out)
+        children_to_create(inputs, ok, out)
+        return
+    follow_launched(inputs, ok, out)
 
 
-def _needs_reevaluation(st: TrainingPlanStatus, ok: Validated, ctx: PlanContext) -> bool:
-    names = [r.name for r in ok.spec.pools]
-    used = {c.pool: c.revision for c in st.coefficients}
-    return st.predictions is None or any(
-        used.get(n) != r for n, r in pool_revisions(names, ctx.pools).items()
+def children_to_create(inputs: PlanInputs, ok: Validated, out: PlanResult) -> None:
+    """The children of the recorded launch decision, in order, into ``out.create`` (the
+    lighthouse first, then the islands with torchtitan's flags); none, with ``Launched=False``
+    and a recheck, when they cannot be rendered."""
+    st = out.status
+    assert st.launch is not None
+    plan_json = json.dumps(
+        {
+            "plan": st.plan,
+            "islands": [i.model_dump(by_alias=True, include=ISLAND_SHAPE) for i in st.islands],
+            "streamingDiLoCo": st.streaming_di_lo_co.model_dump(by_alias=True)
+            if st.streaming_di_lo_co
+            else None,
+            "revision": st.launch.revision,
+        },
+        sort_keys=True,
+        separators=(",", ":"),
     )
+    try:
+        pools = rendered_pools(
+            used_pools(ok.pools, st.islands), st.launch.queue_name, inputs.cluster.flavors
+        )
+        out.create = launch_manifests(
+            inputs.name,
+            inputs.namespace,
+            inputs.uid,
+            ok.spec,
+            st,
+            pools,
+            plan_json=plan_json,
+            revision=st.launch.revision,
+            bench_image=inputs.cfg.bench_image,
+            workload=st.launch.workload,
+            queue=st.launch.queue_name,
+        )
+    except (RuntimeCannotExpressError, FlavorError) as exc:  # checked by the decision
+        st.conditions = set_condition(
+            st.conditions, Type.LAUNCHED, False, reason_for(exc), str(exc), inputs.generation
+        )
+        out.requeue_within(inputs.cfg.recheck_interval_s)
+
+
+def ensured(inputs: PlanInputs, result: Ensured, out: PlanResult) -> None:
+    """What creating ``out.create`` came to (:func:`~.children.ensure_children`): a name
+    conflict, the previous revision's children still going away, or a complete launch."""
+    st, generation = out.status, inputs.generation
+    assert st.launch is not None
+    st.jobs = [i.name for i in st.islands]  # each island's Job (a JobSet's child Jobs too)
+    if result.conflict:
+        message = result.conflict
+        launched = get_condition(st.conditions, Type.LAUNCHED)
+        if launched is None or launched.reason != Reason.NAME_CONFLICT:
+            out.events.append(("Warning", Reason.NAME_CONFLICT, message))
+        out.requeue_s = inputs.cfg.recheck_interval_s  # resumes once the name is free
+        st.conditions = set_condition(
+            st.conditions, Type.LAUNCHED, False, Reason.NAME_CONFLICT, message, generation
+        )
+        return
+    if result.waiting:
+        st.conditions = set_condition(
+            st.conditions,
+            Type.LAUNCHED,
+            False,
+            Reason.RELAUNCHING,
+            f"waiting for {len(result.waiting)} child(ren) of the previous launch to be deleted: "
+            + ", ".join(result.waiting[:5]),
+            generation,
+        )
+        out.requeue_s = 2.0
+        return
+    st.launch = st.launch.model_copy(update={"complete": True})
+    st.phase = TrainingPlanPhase.LAUNCHED
+    created, reason = launched_message(st)
+    st.conditions = set_condition(st.conditions, Type.LAUNCHED, True, reason, created, generation)
+    out.events.append(("Normal", "Launched", f"{created} for {st.plan}"))
+
+
+def follow_launched(inputs: PlanInputs, ok: Validated | None, out: PlanResult) -> None:
+    """A complete launch: spec drift, re-evaluation with new coefficients, Kueue's admission
+    and the islands' states (``inputs.children`` and ``inputs.workloads`` as they are now)."""
+    st, generation = out.status, inputs.generation
+    drift(st, generation, out, ok.spec if ok is not None else None)
+    if ok is not None and needs_reevaluation(st, ok, inputs.pools):
+        _reevaluate(inputs, ok, out)
+    queued = follow_workload(generation, inputs.children, inputs.workloads, inputs.pools, out)
+    follow(generation, inputs.children, inputs.rejected, out, queued=queued)
+    out.followed = True
 
 
 def drift(
@@ -170,16 +213,13 @@ def drift(
         )
 
 
-async def _reevaluate(
-    name: str, namespace: str, generation: int, ok: Validated, ctx: PlanContext, out: PlanResult
-) -> None:
+def _reevaluate(inputs: PlanInputs, ok: Validated, out: PlanResult) -> None:
+    """Predict the frozen islands again with the pools' new coefficients (CPU-heavy: run in
+    the planning worker thread); ``OuterStepBlocking`` recommends settings when they block."""
     st = out.status
-    docs = await coefficients(ok, ctx, out, generation)
-    ev = await search_in_worker(
-        reevaluate, ok.request, docs, st.islands, st.streaming_di_lo_co, st.predictions
-    )
-    st.predictions = ev.predictions
-    metrics.set_predictions(namespace, name, ev.predictions)
+    docs = coefficients(inputs, ok, out)
+    ev = reevaluate(ok.request, docs, st.islands, st.streaming_di_lo_co, st.predictions)
+    st.predictions = out.gauges.predictions = ev.predictions
     rec = ev.recommendation
     settings = (
         DiLoCoSettings(
@@ -191,107 +231,26 @@ async def _reevaluate(
         else None
     )
     was = get_condition(st.conditions, Type.OUTER_STEP_BLOCKING)
-    blocking(st, ok, ev.blocking_s, rec.text if rec else "", namespace, name, generation, settings)
+    blocking(out, ok, ev.blocking_s, rec.text if rec else "", inputs.generation, settings)
     now = get_condition(st.conditions, Type.OUTER_STEP_BLOCKING)
     if now is not None and now.status == "True" and (was is None or was.message != now.message):
         out.events.append(("Warning", "OuterStepBlocking", now.message))
 
 
-async def create_children(
-    name: str,
-    namespace: str,
-    uid: str,
-    generation: int,
-    ok: Validated,
-    children: list[dict[str, Any]],
-    ctx: PlanContext,
-    out: PlanResult,
-) -> None:
-    st = out.status
-    assert st.launch is not None
-    if ctx.write is not None:
-        await ctx.write(st)  # the decision is durable before any child exists
-    plan_json = json.dumps(
-        {
-            "plan": st.plan,
-            "islands": [i.model_dump(by_alias=True, include=ISLAND_SHAPE) for i in st.islands],
-            "streamingDiLoCo": st.streaming_di_lo_co.model_dump(by_alias=True)
-            if st.streaming_di_lo_co
-            else None,
-            "revision": st.launch.revision,
-        },
-        sort_keys=True,
-        separators=(",", ":"),
-    )
-    try:  # the torchft lighthouse first, then the islands with torchtitan's flags
-        manifests = launch_manifests(
-            name,
-            namespace,
-            uid,
-            ok.spec,
-            st,
-            ok.pools,
-            plan_json=plan_json,
-            revision=st.launch.revision,
-            bench_image=ctx.cfg.bench_image,
-        )
-    except RuntimeCannotExpressError as exc:  # checked when the decision was made
-        st.conditions = set_condition(
-            st.conditions, Type.LAUNCHED, False, Reason.NOT_LAUNCHABLE, str(exc), generation
-        )
-        return
-    result = await ensure_children(ctx.kube, manifests, children, uid, st.launch.revision)
-    st.jobs = [m["metadata"]["name"] for m in manifests if m["kind"] == "Job"]
-    if result.conflict:
-        message = result.conflict
-        launched = get_condition(st.conditions, Type.LAUNCHED)
-        if launched is None or launched.reason != Reason.NAME_CONFLICT:
-            out.events.append(("Warning", Reason.NAME_CONFLICT, message))
-        out.requeue_s = ctx.cfg.recheck_interval_s  # resumes once the name is free
-        st.conditions = set_condition(
-            st.conditions, Type.LAUNCHED, False, Reason.NAME_CONFLICT, message, generation
-        )
-        return
-    if result.waiting:
-        st.conditions = set_condition(
-            st.conditions,
-            Type.LAUNCHED,
-            False,
-            Reason.RELAUNCHING,
-            f"waiting for {len(result.waiting)} child(ren) of the previous launch to be deleted: "
-            + ", ".join(result.waiting[:5]),
-            generation,
-        )
-        out.requeue_s = 2.0
-        return
-    st.launch = st.launch.model_copy(update={"complete": True})
-    st.phase = TrainingPlanPhase.LAUNCHED
-    message = f"{len(st.jobs)} Job(s) of revision {st.launch.revision}: {', '.join(st.jobs)}"
-    st.conditions = set_condition(
-        st.conditions, Type.LAUNCHED, True, Reason.JOBS_CREATED, message, generation
-    )
-    out.events.append(("Normal", "Launched", f"created {len(st.jobs)} island Job(s) for {st.plan}"))
-
-
 def follow(
-    name: str,
-    namespace: str,
     generation: int,
-    children: list[dict[str, Any]],
-    ctx: PlanContext,
+    children: Sequence[Manifest],
+    rejected: Mapping[str, str],
     out: PlanResult,
+    *,
+    queued: str = "",
 ) -> None:
+    """The islands' states, the phase, ``Running`` and ``Failed``; ``queued``: why Kueue
+    has not admitted the workload yet (:func:`workload.follow_workload`)."""
     st = out.status
     assert st.launch is not None
-    revision = st.launch.revision
-    jobs = {
-        c["metadata"]["name"]: c
-        for c in children
-        if c.get("kind") == "Job"
-        and (c["metadata"].get("labels") or {}).get(PLAN_REVISION_LABEL) == revision
-    }
     before = list(st.islands)
-    st.islands = follow_islands(before, jobs, ctx.rejected, complete=st.launch.complete)
+    st.islands = island_states(st, children, rejected, queued=queued)
     for isl in transitions(before, st.islands):
         kind = (
             "Warning"
@@ -331,4 +290,4 @@ def follow(
         + "".join(f"; {i.name}: {i.reason} {i.message}".rstrip() for i in pending[:4]),
         generation,
     )
-    metrics.set_islands(namespace, name, [i.state.value for i in st.islands])
+    out.gauges.islands = [i.state.value for i in st.islands]

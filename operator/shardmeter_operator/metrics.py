@@ -226,10 +226,12 @@ def set_islands(namespace: str, name: str, states: Sequence[str]) -> None:
 
 
 def set_recommendation(
-    namespace: str, name: str, sync_every: int, fragments: int, delay: int
+    namespace: str, name: str, sync_every: int, fragments: int, fragment_sync_delay: int
 ) -> None:
     _drop(plan_recommendation, (namespace, name))
-    plan_recommendation.labels(namespace, name, str(sync_every), str(fragments), str(delay)).set(1)
+    plan_recommendation.labels(
+        namespace, name, str(sync_every), str(fragments), str(fragment_sync_delay)
+    ).set(1)
 
 
 def set_observed_island(namespace: str, name: str, island: str, obs: IslandObservation) -> None:

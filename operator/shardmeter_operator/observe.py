@@ -26,6 +26,7 @@ from datetime import UTC, datetime
 import structlog
 
 from shardmeter.errors import SpecError
+from shardmeter.sim.bottleneck import blocks
 from shardmeter_operator import metrics, promquery
 from shardmeter_operator.conditions import Reason, Type, get_condition, set_condition
 from shardmeter_operator.islandpods import (
@@ -56,13 +57,13 @@ from shardmeter_operator.plancontext import (
     read_documents,
     search_in_worker,
 )
-from shardmeter_operator.planning import is_blocking, revision
 from shardmeter_operator.resources import (
     IslandState,
     IslandStatus,
     TrainingPlanSpec,
     TrainingPlanStatus,
 )
+from shardmeter_operator.revisions import revision
 
 log = structlog.get_logger("shardmeter_operator")
 READS_AT_ONCE = 4
@@ -395,7 +396,7 @@ def _blocking_condition(
         f"outer step)"
     )
     before = get_condition(st.conditions, Type.OUTER_STEP_BLOCKING)
-    if obs.blocking_seconds is not None and is_blocking(obs.blocking_seconds):
+    if obs.blocking_seconds is not None and blocks(obs.blocking_seconds):
         rec = obs.recommended
         text = f"{facts}, compute blocks {obs.blocking_seconds:.3g} s per outer step"
         if rec is not None:

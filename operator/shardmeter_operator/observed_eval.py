@@ -27,6 +27,7 @@ from shardmeter.cost.coefficients import CoefficientsDocument
 from shardmeter.cost.model import CostModel
 from shardmeter.cost.observed import ObservedStepSample
 from shardmeter.plan.schema import PlanSpec
+from shardmeter.sim.bottleneck import blocks
 from shardmeter.sim.calibrate import fit_compute_scale
 from shardmeter.sim.outer import IslandPlacement, outer_link
 from shardmeter.sim.scenario import IslandShape, IslandStepModel, fragment_all_reduce_seconds
@@ -36,7 +37,6 @@ from shardmeter_operator.observed_status import (
     ObservedRecommendation,
     ObserveReason,
 )
-from shardmeter_operator.planning import is_blocking
 from shardmeter_operator.resources import DiLoCoSettings, IslandStatus
 
 STALL_SIGNIFICANT = 0.05
@@ -173,7 +173,7 @@ def _recheck(
         all_reduce(settings.fragments), step_s, settings.fragment_sync_delay
     )
     recommended = None
-    if is_blocking(blocking):
+    if blocks(blocking):
         choice = search_settings(settings.sync_every, step_s, all_reduce, request.model.num_layers)
         text = (
             f"fragments {choice.fragments}, fragmentSyncDelay {choice.delay} at syncEvery "

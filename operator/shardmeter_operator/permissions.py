@@ -52,7 +52,14 @@ PERMISSIONS: tuple[Permission, ...] = (
         "customresourcedefinitions",
         ("get", "list", "watch"),
         "cluster",
-        "kopf discovers the CRDs",
+        "kopf discovers the CRDs; a launch reads JobSet's and Kueue's to choose the workload",
+    ),
+    Permission(
+        "kueue.x-k8s.io",
+        "resourceflavors",
+        ("get",),
+        "cluster",
+        "a GPUPool's spec.kueue.flavor: its node labels and taints, checked at launch",
     ),
     Permission(
         "kopf.dev",
@@ -111,6 +118,28 @@ PERMISSIONS: tuple[Permission, ...] = (
         ("get", "list", "create", "delete"),
         "workload",
         "the torchft lighthouse of a launched DiLoCo plan; deleted by a relaunch",
+    ),
+    Permission(
+        "jobset.x-k8s.io",
+        "jobsets",
+        ("get", "list", "watch", "create", "delete"),
+        "workload",
+        "the JobSet of a plan launched as workload JobSet: created, followed, deleted by a "
+        "relaunch",
+    ),
+    Permission(
+        "kueue.x-k8s.io",
+        "workloads",
+        ("list", "watch"),
+        "workload",
+        "Kueue's Workloads of a queued plan's JobSet or Jobs: QuotaReserved and Admitted",
+    ),
+    Permission(
+        "kueue.x-k8s.io",
+        "localqueues",
+        ("get",),
+        "workload",
+        "spec.queueName must name a LocalQueue of the plan's namespace",
     ),
     Permission(
         "",

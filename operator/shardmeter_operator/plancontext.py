@@ -1,24 +1,22 @@
-"""What reconciling a TrainingPlan works with — the pools it sees, the context, the result, the
-validated spec — and the steps shared by planning and launched plans: reading coefficients,
-searching (in a worker thread), recording the outcome, the OuterStepBlocking condition."""
+"""What reconciling a TrainingPlan works with: the pools it sees, the context the acting layer
+holds, the decision (:class:`PlanResult`), the validated spec, and the planning worker thread."""
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
-from shardmeter.cost.coefficients import CoefficientsDocument, Source
+from shardmeter.cost.coefficients import CoefficientsDocument
 from shardmeter.cost.observed import ObservedStepSample
-from shardmeter.errors import InfeasibleError, SpecError, spec_error_from_validation
+from shardmeter.errors import SpecError, spec_error_from_validation
 from shardmeter.plan.schema import PlanSpec
-from shardmeter_operator import memory, metrics
-from shardmeter_operator.conditions import Reason, Type, get_condition, set_condition
+from shardmeter_operator import memory
+from shardmeter_operator.conditions import Reason, Type, get_condition
 from shardmeter_operator.config import OperatorConfig
 from shardmeter_operator.kube import Kube
 from shardmeter_operator.manifests import (
@@ -27,20 +25,20 @@ from shardmeter_operator.manifests import (
 )
 from shardmeter_operator.planning import (
     PlanOutcome,
-    is_blocking,
-    plan_outcome,
     plan_request,
 )
 from shardmeter_operator.resources import (
+    Condition,
     DiLoCoSettings,
     GPUPoolSpec,
-    PoolCoefficients,
+    Predictions,
     TrainingPlanPhase,
     TrainingPlanSpec,
     TrainingPlanStatus,
 )
 
 T = TypeVar("T")
+Manifest = dict[str, Any]
 Event = tuple[str, str, str]
 """(type "Normal" | "Warning", reason, message)."""
 
@@ -72,16 +70,50 @@ class PlanContext:
 
 
 @dataclass
+class PlanGauges:
+    """The plan's metrics a decision publishes (:mod:`shardmeter_operator.metrics`), applied
+    in this order: forget, search time, infeasible, predictions, recommendation, islands."""
+
+    forget: bool = False
+    """Drop the plan's series (its spec became invalid before any launch)."""
+    search_s: float | None = None
+    infeasible: bool = False
+    predictions: Predictions | None = None
+    recommendation: DiLoCoSettings | None = None
+    """The Streaming DiLoCo settings to advertise (in use, or recommended instead)."""
+    islands: list[str] | None = None
+    """Each island's state."""
+
+
+@dataclass
 class PlanResult:
+    """A TrainingPlan's decision: the whole new status, the Events, when to come back, and what
+    to create (after the status, which records the launch decision, is written)."""
+
     status: TrainingPlanStatus
     events: list[Event] = field(default_factory=list)
     requeue_s: float | None = None
+    create: list[Manifest] = field(default_factory=list)
+    """The children of the recorded launch decision, in order (:mod:`~.children`)."""
+    gauges: PlanGauges = field(default_factory=PlanGauges)
+    validated: Validated | None = None
+    """The spec as validated (None: invalid now)."""
+    followed: bool = False
+    """The islands of a complete launch were followed (their logs may be observed)."""
+    previous: list[Condition] = field(default_factory=list)
+    """The conditions as the reconcile found them (a problem seen again keeps its time and
+    posts no second Event)."""
     samples: dict[str, list[ObservedStepSample]] = field(default_factory=dict)
     """Pool → observed step samples for its correction (the pool's reconcile merges them)."""
 
     def requeue_within(self, seconds: float) -> None:
         """Come back in at most ``seconds``."""
         self.requeue_s = seconds if self.requeue_s is None else min(self.requeue_s, seconds)
+
+
+ELSEWHERE = (Reason.WORKLOAD_UNAVAILABLE, Reason.QUEUE_NOT_FOUND, Reason.FLAVOR_MISMATCH)
+"""Refusals whose fix lies outside the plan and its pools: such a plan is rechecked on
+every event (and every ``--recheck-interval``), also after the operator restarts."""
 
 
 def referenced_pools(spec_raw: Mapping[str, Any]) -> set[str]:
@@ -107,6 +139,8 @@ def needs_work(body: Mapping[str, Any], pools: Mapping[str, PoolView]) -> bool:
     valid = get_condition(status.conditions, Type.VALID)
     if valid is not None and valid.reason in (Reason.POOL_NOT_FOUND, Reason.POOL_INVALID):
         return all(n in pools and not pools[n].problem for n in names)
+    if valid is not None and valid.status == "False" and valid.reason in ELSEWHERE:
+        return True  # fixed by installing JobSet or Kueue, a LocalQueue, a ResourceFlavor
     if status.phase is TrainingPlanPhase.INVALID:
         return False
     if any(n not in pools or pools[n].problem for n in names):
@@ -175,154 +209,7 @@ async def read_documents(
     return docs, notes
 
 
-async def _documents(
-    names: list[str], cfg: OperatorConfig, kube: Kube
-) -> tuple[dict[str, CoefficientsDocument | None], list[str]]:
-    """The documents planning uses: measured ones, and priors that carry an observed
-    correction (None: the pool's datasheet priors)."""
-    docs, notes = await read_documents(names, cfg, kube)
-    return {
-        name: doc
-        if doc is not None and (doc.source is Source.MEASURED or doc.compute_scale != 1.0)
-        else None
-        for name, doc in docs.items()
-    }, notes
-
-
-async def coefficients(
-    ok: Validated, ctx: PlanContext, out: PlanResult, generation: int
-) -> dict[str, CoefficientsDocument | None]:
-    names = [r.name for r in ok.spec.pools]
-    docs, notes = await _documents(names, ctx.cfg, ctx.kube)
-    revisions = pool_revisions(names, ctx.pools)
-    priors = sorted(p for p, d in docs.items() if d is None or d.source is Source.PRIOR)
-    st = out.status
-    st.conditions = set_condition(
-        st.conditions,
-        Type.USING_PRIOR_COEFFICIENTS,
-        bool(priors),
-        Reason.PRIORS if priors else Reason.MEASURED,
-        (
-            f"datasheet priors for {', '.join(priors)}: predictions are estimates until those pools are benchmarked"
-            if priors
-            else "every pool has measured coefficients"
-        )
-        + "".join(f"; {n}" for n in notes),
-        generation,
-    )
-    st.coefficients = [
-        PoolCoefficients(
-            pool=p,
-            source="measured"
-            if (d := docs[p]) is not None and d.source is Source.MEASURED
-            else "prior",
-            revision=revisions[p],
-            observed_compute_scale=d.compute_scale
-            if d is not None and d.compute_scale != 1.0
-            else None,
-        )
-        for p in names
-    ]
-    return docs
-
-
-async def search(
-    name: str,
-    namespace: str,
-    ok: Validated,
-    docs: Mapping[str, CoefficientsDocument | None],
-    out: PlanResult,
-    generation: int,
-) -> PlanOutcome | None:
-    st = out.status
-    started = time.perf_counter()
-    try:
-        outcome = await search_in_worker(plan_outcome, name, ok.request, docs)
-    except (InfeasibleError, SpecError) as exc:
-        metrics.plan_search_seconds.observe(time.perf_counter() - started)
-        metrics.set_infeasible(namespace, name)
-        if st.phase is not TrainingPlanPhase.INFEASIBLE:
-            out.events.append(("Warning", Reason.INFEASIBLE, str(exc)))
-        st.conditions = set_condition(
-            st.conditions, Type.PLANNED, False, Reason.INFEASIBLE, str(exc), generation
-        )
-        st.phase = TrainingPlanPhase.INFEASIBLE
-        st.predictions, st.islands, st.island_count, st.gpus = None, [], 0, 0
-        st.plan, st.frontier, st.streaming_di_lo_co, st.jobs = "", [], None, []
-        return None
-    metrics.plan_search_seconds.observe(time.perf_counter() - started)
-    p = outcome.predictions
-    metrics.set_predictions(namespace, name, p)
-    message = (
-        f"{outcome.plan}: {p.tokens_per_second:,.0f} tokens/s, {p.hours:,.1f} h, ${p.cost_usd:,.0f}"
-    )
-    if get_condition(st.conditions, Type.PLANNED) is None or st.plan != outcome.plan:
-        out.events.append(("Normal", "Planned", message))
-    st.conditions = set_condition(
-        st.conditions, Type.PLANNED, True, Reason.PLANNED, message, generation
-    )
-    return outcome
-
-
 def apply_outcome(st: TrainingPlanStatus, outcome: PlanOutcome) -> None:
     st.plan, st.island_count, st.gpus = outcome.plan, outcome.island_count, outcome.gpus
     st.islands, st.streaming_di_lo_co = outcome.islands, outcome.settings
     st.predictions, st.frontier = outcome.predictions, outcome.frontier
-
-
-def blocking(
-    st: TrainingPlanStatus,
-    ok: Validated,
-    blocking_s: float,
-    recommendation: str,
-    namespace: str,
-    name: str,
-    generation: int,
-    recommended: DiLoCoSettings | None = None,
-) -> None:
-    """OuterStepBlocking, and the recommended-settings metric: the settings in use while they
-    hide the outer step, the new recommendation once they do not."""
-    if not ok.request.strategy.is_diloco:
-        st.conditions = set_condition(
-            st.conditions,
-            Type.OUTER_STEP_BLOCKING,
-            False,
-            Reason.NOT_DILOCO,
-            "no outer step: FSDP strategy",
-            generation,
-        )
-        return
-    s = st.streaming_di_lo_co
-    if is_blocking(blocking_s):
-        text = f"compute blocks {blocking_s:.3g} s per outer step on the outer all_reduce"
-        if recommendation:
-            text += f"; recommended: {recommendation}"
-        if recommended is not None:
-            metrics.set_recommendation(
-                namespace,
-                name,
-                recommended.sync_every,
-                recommended.fragments,
-                recommended.fragment_sync_delay,
-            )
-        st.conditions = set_condition(
-            st.conditions,
-            Type.OUTER_STEP_BLOCKING,
-            True,
-            Reason.OUTER_STEP_BLOCKS,
-            text,
-            generation,
-        )
-        return
-    if s is not None:
-        metrics.set_recommendation(
-            namespace, name, s.sync_every, s.fragments, s.fragment_sync_delay
-        )
-    st.conditions = set_condition(
-        st.conditions,
-        Type.OUTER_STEP_BLOCKING,
-        False,
-        Reason.OUTER_STEP_HIDDEN,
-        f"the outer all_reduce hides behind {s.fragment_sync_delay if s else 0} inner step(s)",
-        generation,
-    )

@@ -4,8 +4,6 @@ reconciler runs `plan_outcome` and `reevaluate` in a worker thread."""
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -14,10 +12,12 @@ from pydantic import ValidationError
 
 from shardmeter.cost.coefficients import CoefficientsDocument
 from shardmeter.errors import SpecError, spec_error_from_validation
-from shardmeter.plan.fixed import FixedGroup, evaluate_fixed
+from shardmeter.plan.fixed import evaluate_fixed
+from shardmeter.plan.groups import IslandGroup
 from shardmeter.plan.result import build_result
 from shardmeter.plan.schema import PlanPool, PlanSpec
 from shardmeter.plan.search import search
+from shardmeter.sim.bottleneck import Bottleneck, blocks
 from shardmeter_operator.errors import PoolInvalidError, PoolNotFoundError
 from shardmeter_operator.manifests import island_job_name
 from shardmeter_operator.resources import (
@@ -30,18 +30,6 @@ from shardmeter_operator.resources import (
 )
 
 FRONTIER_IN_STATUS = 5
-BLOCKING_EPSILON_S = 1e-9
-"""Outer-step stalls shorter than this count as hidden (one definition, used everywhere)."""
-
-
-def is_blocking(blocking_s: float) -> bool:
-    return blocking_s > BLOCKING_EPSILON_S
-
-
-def revision(*parts: Any) -> str:
-    """A short stable hash of JSON-able parts (pool spec + coefficients, a launch decision)."""
-    text = json.dumps(parts, sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def plan_request(
@@ -192,11 +180,11 @@ def reevaluate(
     for isl in islands:
         key = (isl.pool, isl.nodes, isl.gpus_per_node, isl.micro_batch, isl.accumulation)
         groups[key] = groups.get(key, 0) + 1
-    fixed = [FixedGroup(k[0], n, k[1], k[2], k[3], k[4]) for k, n in groups.items()]
+    fixed = [IslandGroup(k[0], n, k[1], k[2], k[3], k[4]) for k, n in groups.items()]
     s = settings or DiLoCoSettings(sync_every=1, fragments=1, fragment_sync_delay=0)
     ev = evaluate_fixed(request, docs, fixed, s.sync_every, s.fragments, s.fragment_sync_delay)
     rec = None
-    if is_blocking(ev.blocking_s_per_outer_step) and ev.recommended is not None:
+    if blocks(ev.blocking_s_per_outer_step) and ev.recommended is not None:
         r = ev.recommended
         text = f"fragments {r.fragments}, fragmentSyncDelay {r.delay} at syncEvery {r.sync_every}"
         if not r.zero_blocking:
@@ -206,8 +194,8 @@ def reevaluate(
             )
         rec = Recommendation(r.sync_every, r.fragments, r.delay, r.zero_blocking, text)
     bottleneck = (
-        "outer-step-bound"
-        if is_blocking(ev.blocking_s_per_outer_step)
+        Bottleneck.OUTER_STEP
+        if blocks(ev.blocking_s_per_outer_step)
         else (previous.bottleneck if previous is not None else "")
     )
     predictions = Predictions(

@@ -19,7 +19,8 @@ pool's coefficients document (`shardmeter.cost.observed`), which the operator al
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from shardmeter.cost.coefficients import CoefficientsDocument
@@ -29,10 +30,9 @@ from shardmeter.cost.observed import (
     correction,
     merge_samples,
 )
-from shardmeter_operator.kube import Kube
 from shardmeter_operator.observed_status import PoolObservedStatus
-from shardmeter_operator.planning import revision
 from shardmeter_operator.resources import GPUPoolSpec, GPUPoolStatus
+from shardmeter_operator.revisions import revision
 
 RESET_ANNOTATION = "shardmeter.io/reset-observed"
 Event = tuple[str, str, str]
@@ -58,19 +58,28 @@ def coefficients_revision(spec: GPUPoolSpec, doc: CoefficientsDocument) -> str:
     return revision(spec.model_dump(), doc.base().to_json(), doc.observed.compute_scale)
 
 
-async def recalibrate(
-    name: str,
+@dataclass(frozen=True)
+class Recalibrated:
+    """A pool's document with its observed section brought up to date."""
+
+    document: CoefficientsDocument
+    observed: PoolObservedStatus | None
+    """The pool's ``status.observed``."""
+    events: list[Event]
+    changed: bool
+    """Whether the document's observed section changed (the ConfigMap is rewritten)."""
+
+
+def recalibrate(
     doc: CoefficientsDocument,
     samples: Sequence[ObservedStepSample],
     annotations: Mapping[str, str],
     before: GPUPoolStatus,
     min_samples: int,
-    configmap: tuple[str, str],
-    kube: Kube,
-) -> tuple[CoefficientsDocument, PoolObservedStatus | None, list[Event]]:
-    """The pool's document with its observed section brought up to date (written to the
-    ConfigMap when it changed), the pool's ``status.observed``, and Events."""
-    now = datetime.now(UTC)
+    now: datetime,
+) -> Recalibrated:
+    """The pool's document with its observed section brought up to date, the pool's
+    ``status.observed``, and Events (pure: the caller writes the ConfigMap when it changed)."""
     original = doc.observed
     digest = doc.base_digest()
     previous = _carried(original, before, digest, min_samples)
@@ -79,12 +88,10 @@ async def recalibrate(
     reset_at = reset[1] if reset else previous.reset_at
     merged = merge_samples(previous.samples, samples, digest, reset_at)
     new = correction(previous, merged, digest, now, min_samples, reset)
-    events: list[Event] = []
-    if new != original:
-        doc = doc.model_copy(update={"observed": new})
-        await kube.patch("v1", "ConfigMap", *configmap, {"data": doc.to_configmap_data()})
-        events += _events(new, original, reset)
-    return doc, _status(doc.observed), events
+    if new == original:
+        return Recalibrated(doc, _status(doc.observed), [], changed=False)
+    doc = doc.model_copy(update={"observed": new})
+    return Recalibrated(doc, _status(doc.observed), _events(new, original, reset), changed=True)
 
 
 def _carried(

@@ -57,6 +57,16 @@ class BenchmarkSettings(SpecModel):
     """Failed benchmark Jobs are retried this many times, with exponential backoff."""
 
 
+class PoolKueue(SpecModel):
+    """How Kueue sees a pool's nodes (used by TrainingPlans with ``queueName``)."""
+
+    flavor: str = Field(min_length=1, max_length=253, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+    """The Kueue ResourceFlavor (cluster-scoped) of the pool's nodes. Its ``nodeLabels`` are
+    merged into the node selector of the pool's islands, so Kueue assigns this flavor to
+    them; they must agree with ``nodeSelector``, and its ``nodeTaints`` must be tolerated
+    by ``tolerations`` (checked at launch: ``Valid=False`` otherwise)."""
+
+
 class GPUPoolSpec(PoolHardware):
     """A GPU node pool (see PoolHardware for the hardware fields)."""
 
@@ -64,6 +74,8 @@ class GPUPoolSpec(PoolHardware):
     """Labels selecting the pool's nodes; merged into every Job scheduled on the pool."""
     tolerations: list[Toleration] = Field(default_factory=list, max_length=32)
     benchmark: BenchmarkSettings = Field(default_factory=BenchmarkSettings)
+    kueue: PoolKueue | None = None
+    """The pool's Kueue ResourceFlavor, for plans admitted through a Kueue LocalQueue."""
 
 
 class ConditionStatus(StrEnum):
@@ -178,6 +190,16 @@ class FaultToleranceSpec(SpecModel):
     that the hostnames torchft advertises (``socket.gethostname()``) resolve across islands."""
 
 
+class WorkloadKind(StrEnum):
+    """What a launch creates for the islands (``shardmeter_operator.workload``)."""
+
+    JOB = "Job"
+    """One Indexed Job and one headless Service per island."""
+    JOBSET = "JobSet"
+    """One JobSet (jobset.x-k8s.io/v1alpha2) with a replicated Job per run of same-shaped
+    islands: one object to admit, restart and delete."""
+
+
 class TrainingPlanSpec(PlanRequest):
     """A planning request over GPUPools (see PlanRequest), plus launch control."""
 
@@ -196,6 +218,19 @@ class TrainingPlanSpec(PlanRequest):
     """A batch/v1 JobTemplateSpec for one island's workers (metadata and spec)."""
     fault_tolerance: FaultToleranceSpec = Field(default_factory=FaultToleranceSpec)
     """The torchft lighthouse and managers of a launched DiLoCo plan."""
+    workload: WorkloadKind | None = None
+    """``Job`` or ``JobSet``; unset: JobSet when the cluster serves jobset.x-k8s.io/v1alpha2
+    (the JobSet CRD is installed), else Job. ``status.launch.workload`` says which was used."""
+    max_restarts: int = Field(default=0, ge=0, le=100)
+    """JobSet only: when any island's Job fails, every island is recreated (JobSet
+    ``failurePolicy``, BlockingRecreate) up to this many times before the plan fails.
+    Training resumes from the trainer's last checkpoint. Must be 0 for workload Job."""
+    queue_name: str = Field(
+        default="", max_length=63, pattern=r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?)?$"
+    )
+    """A Kueue LocalQueue in the plan's namespace: the workload is created suspended with
+    the ``kueue.x-k8s.io/queue-name`` label and starts once Kueue admits it (a JobSet: all
+    islands together). Empty: no queue, the islands start at once."""
     observe: ObserveSpec = Field(default_factory=ObserveSpec)
     """Observation of the running islands (drift, recalibration); may change after launch
     without counting as a spec change of the running islands."""
@@ -227,7 +262,8 @@ class IslandState(StrEnum):
 
 class IslandStatus(_Status):
     name: str = Field(max_length=63)
-    """The island's Job name (also its rendezvous Service)."""
+    """The island's Job (workload Job: also its rendezvous Service; JobSet: the child Job
+    the JobSet creates for it, ``<jobset>-g<group>-<index>``)."""
     pool: str = Field(max_length=253)
     nodes: int
     gpus_per_node: int
@@ -258,6 +294,12 @@ class LaunchRecord(_Status):
     """The spec generation that was launched."""
     complete: bool = False
     """Every child has been created (missing ones are then reported, never re-created)."""
+    workload: WorkloadKind = WorkloadKind.JOB
+    """What the launch created for the islands: Jobs, or one JobSet."""
+    job_set: str = Field(default="", max_length=63)
+    """The JobSet's name (workload JobSet)."""
+    queue_name: str = Field(default="", max_length=63)
+    """The Kueue LocalQueue the workload was submitted to (empty: none)."""
     spec_digest: str = Field(default="", max_length=64)
     """Hash of the launched spec without ``observe`` (editing observation is no spec
     change of the running islands); empty in records written before it existed."""
@@ -311,6 +353,8 @@ class TrainingPlanStatus(_Status):
     jobs: list[str] = Field(default_factory=list, max_length=64)
     launch: LaunchRecord | None = None
     """Set once the plan is launched; islands and settings are frozen from then on."""
+    restarts: int = 0
+    """Workload JobSet: how many times the JobSet recreated every island after a failure."""
     observed: PlanObservation | None = None
     """The running islands' observations held against the predictions."""
     conditions: list[Condition] = Field(default_factory=list, max_length=16)

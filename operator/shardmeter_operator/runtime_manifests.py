@@ -9,8 +9,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from shardmeter_operator.conditions import Reason, Type, get_condition, set_condition
-from shardmeter_operator.errors import RuntimeCannotExpressError
+from shardmeter.errors import SpecError
+from shardmeter_operator.conditions import Type, get_condition, set_condition
+from shardmeter_operator.errors import RuntimeCannotExpressError, reason_for
+from shardmeter_operator.kueue import submit
 from shardmeter_operator.lighthouse import lighthouse_address, lighthouse_manifests
 from shardmeter_operator.manifests import (
     ISLAND_LABEL,
@@ -20,10 +22,12 @@ from shardmeter_operator.manifests import (
     owner_reference,
 )
 from shardmeter_operator.resources import (
+    Condition,
     GPUPoolSpec,
     TrainingPlanPhase,
     TrainingPlanSpec,
     TrainingPlanStatus,
+    WorkloadKind,
 )
 from shardmeter_operator.runtime_torchtitan import (
     MANAGER_PORT,
@@ -33,6 +37,8 @@ from shardmeter_operator.runtime_torchtitan import (
     dns_searches,
     torchtitan_run,
 )
+from shardmeter_operator.workload_jobset import KIND as JOBSET_KIND
+from shardmeter_operator.workload_jobset import jobset_manifest
 
 MAX_DNS_SEARCHES = 32
 """Kubernetes' limit on a pod's DNS search list (``dnsConfig.searches`` plus the cluster's
@@ -41,13 +47,18 @@ MAX_DNS_SEARCH_CHARS = 2048
 
 
 def launchable_run(
-    spec: TrainingPlanSpec, status: TrainingPlanStatus, namespace: str
+    spec: TrainingPlanSpec,
+    status: TrainingPlanStatus,
+    namespace: str,
+    workload: WorkloadKind = WorkloadKind.JOB,
 ) -> TorchtitanRun:
     """The torchtitan run of the chosen plan; raises RuntimeCannotExpressError (naming the
     field) when torchtitan-FT would not run it as planned. Called before the launch decision
     is recorded, so a refused plan creates nothing."""
     run = torchtitan_run(spec, status.islands, status.streaming_di_lo_co, status.predictions)
     check_expressible(run, spec)
+    if workload is WorkloadKind.JOBSET:
+        return run  # one search domain: the JobSet's headless Service
     searches = dns_searches(run, namespace)
     domain = spec.fault_tolerance.cluster_domain
     cluster = [f"{namespace}.svc.{domain}", f"svc.{domain}", domain]  # the kubelet's own
@@ -75,12 +86,17 @@ def launch_manifests(
     revision: str,
     bench_image: str,
     check: bool = True,
+    workload: WorkloadKind = WorkloadKind.JOB,
+    queue: str = "",
 ) -> list[Manifest]:
     """Everything the launch of ``status``'s plan creates, in order: the lighthouse (DiLoCo),
-    then each island's Job and Service. ``check=False`` renders a plan torchtitan-FT would run
-    differently from planned (for inspection; the operator never creates it)."""
+    then each island's Job and Service — or, for ``workload`` JobSet, the plan's JobSet
+    (``status.islands`` named by :func:`workload.launch_islands`). ``queue``: a Kueue
+    LocalQueue the Jobs or the JobSet are submitted to. ``check=False`` renders a plan
+    torchtitan-FT would run differently from planned (for inspection; the operator never
+    creates it)."""
     if check:
-        run = launchable_run(spec, status, namespace)
+        run = launchable_run(spec, status, namespace, workload)
     else:
         run = torchtitan_run(spec, status.islands, status.streaming_di_lo_co, status.predictions)
     owner = owner_reference("TrainingPlan", name, uid)
@@ -96,15 +112,43 @@ def launch_manifests(
         plan_json,
         labels,
     )
-    return with_runtime(
-        islands,
-        run,
-        plan=name,
-        namespace=namespace,
-        owner=owner,
-        labels=labels,
-        bench_image=bench_image,
-    )
+    if workload is WorkloadKind.JOBSET:
+        jobset = jobset_manifest(
+            name,
+            namespace,
+            owner,
+            labels,
+            [m for m in islands if m["kind"] == "Job"],
+            status.islands,
+            run,
+            max_restarts=spec.max_restarts,
+            lighthouse=lighthouse_address(name, namespace),
+            job_id=f"{namespace}/{name}",
+        )
+        out = with_runtime(
+            [jobset],
+            run,
+            plan=name,
+            namespace=namespace,
+            owner=owner,
+            labels=labels,
+            bench_image=bench_image,
+        )
+    else:
+        out = with_runtime(
+            islands,
+            run,
+            plan=name,
+            namespace=namespace,
+            owner=owner,
+            labels=labels,
+            bench_image=bench_image,
+        )
+    if queue:
+        for m in out:
+            if m["kind"] in ("Job", JOBSET_KIND):
+                submit(m, queue)
+    return out
 
 
 def with_runtime(
@@ -154,25 +198,33 @@ def with_runtime(
 
 
 def refuse_launch(
-    status: TrainingPlanStatus, exc: RuntimeCannotExpressError, generation: int
+    status: TrainingPlanStatus,
+    exc: SpecError,
+    generation: int,
+    previous: Sequence[Condition] | None = None,
 ) -> tuple[str, str, str] | None:
-    """Mark a planned TrainingPlan that torchtitan-FT cannot run as planned: ``Valid=False``
-    (``RuntimeCannotExpress``) naming the field, ``Launched=False``, phase Invalid; the plan
-    stays in the status, nothing is recorded or created. Returns the Warning Event to post
-    when the problem is new."""
-    before = get_condition(status.conditions, Type.VALID)
+    """Mark a planned TrainingPlan that cannot be launched as planned — torchtitan-FT would
+    run it differently (``RuntimeCannotExpress``), or its workload cannot be created
+    (``WorkloadUnavailable``, ``QueueNotFound``, ``FlavorMismatch``): ``Valid=False`` naming
+    the field, ``Launched=False``, phase Invalid; the plan stays in the status, nothing is
+    recorded or created. Returns the Warning Event to post when the problem is new.
+    ``previous``: the conditions before this reconcile (a refusal seen again keeps its
+    ``lastTransitionTime``)."""
+    reason = reason_for(exc)
+    before = get_condition(status.conditions if previous is None else previous, Type.VALID)
+    since = before.last_transition_time if before is not None and before.status == "False" else None
     status.conditions = set_condition(
-        status.conditions, Type.VALID, False, Reason.NOT_LAUNCHABLE, str(exc), generation
+        status.conditions, Type.VALID, False, reason, str(exc), generation, now=since
     )
     status.conditions = set_condition(
         status.conditions,
         Type.LAUNCHED,
         False,
-        Reason.NOT_LAUNCHABLE,
+        reason,
         "nothing created: " + str(exc),
         generation,
     )
     status.phase = TrainingPlanPhase.INVALID
-    if before is not None and before.reason == Reason.NOT_LAUNCHABLE and before.message == str(exc):
+    if before is not None and before.reason == reason and before.message == str(exc):
         return None
-    return ("Warning", Reason.NOT_LAUNCHABLE, str(exc))
+    return ("Warning", reason, str(exc))

@@ -267,9 +267,11 @@ def check_expressible(run: TorchtitanRun, spec: TrainingPlanSpec) -> None:
         )
 
 
-def island_flags(run: TorchtitanRun, index: int) -> list[str]:
+def island_flags(run: TorchtitanRun, index: int, replica_id: str | None = None) -> list[str]:
     """The torchtitan flags of island ``index``, in the order they are appended (the
-    activation-checkpointing subcommand last, as tyro requires)."""
+    activation-checkpointing subcommand last, as tyro requires). ``replica_id`` replaces the
+    island's index in ``--fault_tolerance.replica_id`` (a JobSet's replicated Job passes
+    ``$(SHARDMETER_ISLAND_ID)``, which the kubelet expands per pod)."""
     isl = run.islands[index]
     replicas = len(run.islands) if run.diloco is not None else 1
     dp = isl.nodes * isl.gpus_per_node
@@ -279,7 +281,7 @@ def island_flags(run: TorchtitanRun, index: int) -> list[str]:
         d = run.diloco
         flags += [
             "--fault_tolerance.enable",
-            f"--fault_tolerance.replica_id={index}",
+            f"--fault_tolerance.replica_id={index if replica_id is None else replica_id}",
             f"--fault_tolerance.group_size={replicas}",
             f"--fault_tolerance.min_replica_size={run.min_replicas}",
             f"--fault_tolerance.process_group={run.fault_tolerance.process_group}",
@@ -305,11 +307,23 @@ def island_flags(run: TorchtitanRun, index: int) -> list[str]:
 
 
 def island_env(
-    run: TorchtitanRun, index: int, *, lighthouse: str, job_id: str
+    run: TorchtitanRun,
+    index: int,
+    *,
+    lighthouse: str,
+    job_id: str,
+    replica_id: str | None = None,
 ) -> list[dict[str, Any]]:
     """Environment for every container of island ``index``: the flags for shell templates
     and, for DiLoCo, torchft's lighthouse address, manager port and timeouts."""
-    env = [{"name": ARGS_ENV, "value": shlex.join(island_flags(run, index))}]
+    flags = island_flags(run, index, replica_id)
+    # The script expands $SHARDMETER_TORCHTITAN_ARGS unquoted: the shell splits it on spaces
+    # and removes no quotes, so every flag must be one plain word (a `$(VAR)` in it is
+    # expanded by the kubelet before the shell runs).
+    unsafe = [f for f in flags if any(c in f for c in " \t\n'\"\\*?[")]
+    if unsafe:
+        raise ValueError(f"flags a shell cannot take word by word: {unsafe}")
+    env = [{"name": ARGS_ENV, "value": " ".join(flags)}]
     if run.diloco is not None:
         env += [
             {"name": "TORCHFT_LIGHTHOUSE", "value": lighthouse},
@@ -444,17 +458,20 @@ def apply_to_island_job(
     namespace: str,
     lighthouse: str,
     job_id: str,
+    replica_id: str | None = None,
+    searches: Sequence[str] | None = None,
 ) -> None:
     """Give a rendered island Job its runtime: torchft's environment on every container, the
-    flags on the trainer's command line, DNS searches for the peers' hostnames."""
+    flags on the trainer's command line, DNS searches for the peers' hostnames (default:
+    every island's Service, :func:`dns_searches`)."""
     pod = job["spec"]["template"]["spec"]
-    env = island_env(run, index, lighthouse=lighthouse, job_id=job_id)
+    env = island_env(run, index, lighthouse=lighthouse, job_id=job_id, replica_id=replica_id)
     names = {e["name"] for e in env}
     for container in pod["containers"]:
         kept = [e for e in container.get("env") or [] if e.get("name") not in names]
         container["env"] = [*kept, *env]
-    append_flags(pod["containers"][0], island_flags(run, index))
-    searches = dns_searches(run, namespace)
+    append_flags(pod["containers"][0], island_flags(run, index, replica_id))
+    searches = list(dns_searches(run, namespace) if searches is None else searches)
     if searches:
         dns = dict(pod.get("dnsConfig") or {})
         dns["searches"] = [*(dns.get("searches") or []), *searches]

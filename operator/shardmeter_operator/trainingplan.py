@@ -1,157 +1,165 @@
-"""TrainingPlan reconciliation: validate → plan (in a worker thread) → record the launch
-decision → create the children → follow them. The state machine and its rules are
-documented in :mod:`shardmeter_operator.launch`; this module applies them.
+"""TrainingPlan reconciliation, the acting half: read what the decision needs, decide
+(:func:`~.trainingplan_decide.decide`, pure; in the planning worker thread when it searches),
+then act — write the launch decision before any child exists, create the children, follow
+them once created, observe the running islands — and return the whole new status as a
+:class:`TrainingPlanStatus` plus the Events to post. The state machine and its rules are in
+:mod:`shardmeter_operator.launch`.
 
-`reconcile_plan` reads the object as it is now, acts (creates or deletes children), and
-returns the whole new status as a :class:`TrainingPlanStatus` plus the Events to post.
-It is level-triggered: running it twice changes nothing the second time."""
+Level-triggered: running it twice changes nothing the second time."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import dataclasses
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from shardmeter.errors import SpecError
-from shardmeter_operator import metrics
-from shardmeter_operator.children import list_children
-from shardmeter_operator.conditions import Reason, Type, get_condition, set_condition
-from shardmeter_operator.errors import RuntimeCannotExpressError, reason_for
-from shardmeter_operator.launch import (
-    decision_revision,
-)
-from shardmeter_operator.launched import create_children, drift, follow, reconcile_launched
-from shardmeter_operator.observe import launch_digest, observe_plan
+from shardmeter_operator import kueue, metrics
+from shardmeter_operator import workload_jobset as jobsets
+from shardmeter_operator.children import ensure_children, list_children
+from shardmeter_operator.kube import Kube
+from shardmeter_operator.launched import ensured, follow_launched
+from shardmeter_operator.observe import observe_plan
 from shardmeter_operator.plancontext import (
     PlanContext,
+    PlanGauges,
     PlanResult,
     PoolView,
-    Validated,
-    apply_outcome,
-    blocking,
-    coefficients,
     needs_work,
+    read_documents,
     referenced_pools,
-    search,
-    validate,
+    search_in_worker,
 )
-from shardmeter_operator.resources import (
-    Condition,
-    LaunchRecord,
-    TrainingPlanPhase,
-    TrainingPlanStatus,
-)
-from shardmeter_operator.runtime_manifests import launchable_run, refuse_launch
+from shardmeter_operator.plansteps import PlanInputs, needs_reevaluation
+from shardmeter_operator.resources import TrainingPlanStatus
+from shardmeter_operator.trainingplan_decide import PlanReads, decide, lists_children, plan_reads
+from shardmeter_operator.workload import ClusterFacts, workload_owners
+
+Manifest = dict[str, Any]
+CRD_API_VERSION = "apiextensions.k8s.io/v1"
 
 
-# ---- the reconciler ---------------------------------------------------------------------------
 async def reconcile_plan(body: Mapping[str, Any], ctx: PlanContext) -> PlanResult:
-    meta = body.get("metadata") or {}
-    name, namespace, uid = str(meta["name"]), str(meta.get("namespace") or ""), str(meta["uid"])
-    generation = int(meta.get("generation") or 1)
-    spec_raw = dict(body.get("spec") or {})
-    before = TrainingPlanStatus.model_validate(body.get("status") or {})
-    st = before.model_copy(deep=True, update={"observed_generation": generation})
-    out = PlanResult(st)
-    # Children exist only after a launch decision was recorded (or when a status was lost):
-    # a plan that never launched and is not asked to needs no listing.
-    listed = before.launch is not None or bool(spec_raw.get("launch"))
-    children = await list_children(ctx.kube, namespace, uid) if listed else []
-    try:
-        ok: Validated | None = validate(spec_raw, ctx.pools)
-        st.conditions = set_condition(
-            st.conditions, Type.VALID, True, Reason.SPEC_VALID, "spec is valid", generation
-        )
-    except SpecError as exc:
-        ok = None
-        reason = reason_for(exc)
-        if _same(before, Type.VALID, reason, exc) is None:  # an Event once per new problem
-            out.events.append(("Warning", reason, str(exc)))
-        st.conditions = set_condition(
-            st.conditions, Type.VALID, False, reason, str(exc), generation
-        )
-    if st.launch is not None or children:
-        await reconcile_launched(name, namespace, uid, generation, spec_raw, ok, children, ctx, out)
-    elif ok is None:
-        _invalid(name, namespace, generation, out)
-    else:
-        await _plan_and_maybe_launch(name, namespace, uid, generation, ok, ctx, out)
+    inputs, reads = await read_plan(body, ctx)
+    out = await search_in_worker(decide, inputs) if reads.searches else decide(inputs)
+    if out.create:
+        await _create(inputs, out, ctx)
+    publish(inputs.namespace, inputs.name, out.gauges)
+    if out.followed:
+        await observe_plan(inputs.name, inputs.namespace, inputs.uid, out.validated, ctx, out)
     return out
 
 
-def _same(before: TrainingPlanStatus, type_: str, reason: str, exc: SpecError) -> Condition | None:
-    """The previous condition if it already said this (then no new Event is posted)."""
-    c = get_condition(before.conditions, type_)
-    if c is not None and c.reason == reason and c.message == str(exc) and c.status == "False":
-        return c
-    return None
-
-
-def _invalid(name: str, namespace: str, generation: int, out: PlanResult) -> None:
-    st = out.status
-    metrics.forget_plan(namespace, name)
-    valid = get_condition(st.conditions, Type.VALID)
-    st.conditions = set_condition(
-        st.conditions,
-        Type.PLANNED,
-        False,
-        valid.reason if valid else Reason.INVALID_SPEC,
-        "not planned: the spec is invalid",
-        generation,
+# ---- reading ----------------------------------------------------------------------------------
+async def read_plan(body: Mapping[str, Any], ctx: PlanContext) -> tuple[PlanInputs, PlanReads]:
+    """What deciding the plan ``body`` reads, and what was read (:func:`plan_reads`)."""
+    meta = body.get("metadata") or {}
+    namespace, uid = str(meta.get("namespace") or ""), str(meta["uid"])
+    spec = dict(body.get("spec") or {})
+    status = TrainingPlanStatus.model_validate(body.get("status") or {})
+    listed = lists_children(spec, status)
+    children = await list_children(ctx.kube, namespace, uid) if listed else []
+    reads = plan_reads(spec, status, ctx.pools, children)
+    documents, notes = await read_documents(reads.documents, ctx.cfg, ctx.kube)
+    inputs = PlanInputs(
+        name=str(meta["name"]),
+        namespace=namespace,
+        uid=uid,
+        generation=int(meta.get("generation") or 1),
+        spec=spec,
+        status=status,
+        pools=ctx.pools,
+        cfg=ctx.cfg,
+        children=children,
+        documents=documents,
+        document_notes=notes,
+        cluster=await read_cluster(reads, namespace, ctx.kube),
+        workloads=await read_workloads(status, children, namespace, ctx.kube),
+        rejected=ctx.rejected,
     )
-    st.phase = TrainingPlanPhase.INVALID
+    return inputs, reads
 
 
-async def _plan_and_maybe_launch(
-    name: str,
-    namespace: str,
-    uid: str,
-    generation: int,
-    ok: Validated,
-    ctx: PlanContext,
-    out: PlanResult,
-) -> None:
-    st = out.status
-    docs = await coefficients(ok, ctx, out, generation)
-    outcome = await search(name, namespace, ok, docs, out, generation)
-    if outcome is None:
-        return
-    apply_outcome(st, outcome)
-    blocking(
-        st, ok, outcome.predictions.outer_step_blocking_seconds, "", namespace, name, generation
-    )
-    st.phase = TrainingPlanPhase.PLANNED
-    if not ok.spec.launch:
-        st.conditions = set_condition(
-            st.conditions,
-            Type.LAUNCHED,
-            False,
-            Reason.PLAN_ONLY,
-            "plan only: set spec.launch to create the Jobs",
-            generation,
+async def serves(kube: Kube, crd: str, version: str) -> bool:
+    """Whether the CRD ``crd`` is installed and serves ``version``."""
+    obj = await kube.get(CRD_API_VERSION, "CustomResourceDefinition", None, crd)
+    versions = ((obj or {}).get("spec") or {}).get("versions") or []
+    return any(v.get("name") == version and v.get("served", True) for v in versions)
+
+
+async def read_cluster(reads: PlanReads, namespace: str, kube: Kube) -> ClusterFacts:
+    """JobSet, Kueue and the LocalQueue when a launch may be decided; the pools'
+    ResourceFlavors when its islands go to a queue that is there."""
+    jobset = reads.decides_launch and await serves(kube, jobsets.CRD_NAME, jobsets.VERSION)
+    kueue_served = queue_exists = False
+    if reads.queue and reads.decides_launch:
+        kueue_served = await serves(kube, kueue.LOCAL_QUEUES_CRD, kueue.VERSION) and await serves(
+            kube, kueue.WORKLOADS_CRD, kueue.VERSION
         )
-        return
-    try:  # torchtitan-FT must run the plan as planned, or nothing is recorded or created
-        launchable_run(ok.spec, st, namespace)
-    except RuntimeCannotExpressError as exc:
-        event = refuse_launch(st, exc, generation)
-        out.events += [event] if event else []
-        return
-    revision = decision_revision(
-        uid, ok.spec.relaunch, st.islands, st.streaming_di_lo_co, ok.spec.template
+        queue_exists = kueue_served and (
+            await kube.get(kueue.API_VERSION, "LocalQueue", namespace, reads.queue) is not None
+        )
+    flavors: dict[str, Manifest | None] = {}
+    if reads.queue and (queue_exists or not reads.decides_launch):
+        for flavor in reads.flavors:
+            flavors[flavor] = await kube.get(kueue.API_VERSION, "ResourceFlavor", None, flavor)
+    return ClusterFacts(jobset, kueue_served, queue_exists, flavors)
+
+
+async def read_workloads(
+    status: TrainingPlanStatus, children: Sequence[Manifest], namespace: str, kube: Kube
+) -> list[Manifest]:
+    """Kueue's Workloads of what a complete, queued launch submitted."""
+    owners = workload_owners(status, children)
+    if not owners:
+        return []
+    selector = f"{kueue.JOB_UID_LABEL} in ({','.join(uid for _, uid in owners)})"
+    return await kube.list(kueue.API_VERSION, "Workload", namespace, selector)
+
+
+# ---- acting -----------------------------------------------------------------------------------
+async def _create(inputs: PlanInputs, out: PlanResult, ctx: PlanContext) -> None:
+    """Create the recorded launch's children — after writing the status, so the decision is
+    durable before any child exists — and follow them once they all exist."""
+    st = out.status
+    assert st.launch is not None
+    if ctx.write is not None:
+        await ctx.write(st)
+    result = await ensure_children(
+        ctx.kube, out.create, inputs.children, inputs.uid, st.launch.revision
     )
-    st.launch = LaunchRecord(
-        revision=revision,
-        relaunch=ok.spec.relaunch,
-        generation=generation,
-        complete=False,
-        spec_digest=launch_digest(ok.spec),
+    ensured(inputs, result, out)
+    if not st.launch.complete:
+        return
+    children = await list_children(ctx.kube, inputs.namespace, inputs.uid)
+    now = dataclasses.replace(
+        inputs,
+        children=children,
+        workloads=await read_workloads(st, children, inputs.namespace, ctx.kube),
     )
-    await create_children(name, namespace, uid, generation, ok, [], ctx, out)
-    if st.launch.complete:
-        children = await list_children(ctx.kube, namespace, uid)
-        drift(st, generation, out, ok.spec)
-        follow(name, namespace, generation, children, ctx, out)
-        await observe_plan(name, namespace, uid, ok, ctx, out)
+    ok = out.validated
+    if ok is not None and needs_reevaluation(st, ok, inputs.pools):
+        await search_in_worker(follow_launched, now, ok, out)
+    else:
+        follow_launched(now, ok, out)
+
+
+def publish(namespace: str, name: str, g: PlanGauges) -> None:
+    """The plan's gauges, in :class:`PlanGauges`' order."""
+    if g.forget:
+        metrics.forget_plan(namespace, name)
+    if g.search_s is not None:
+        metrics.plan_search_seconds.observe(g.search_s)
+    if g.infeasible:
+        metrics.set_infeasible(namespace, name)
+    if g.predictions is not None:
+        metrics.set_predictions(namespace, name, g.predictions)
+    if g.recommendation is not None:
+        r = g.recommendation
+        metrics.set_recommendation(
+            namespace, name, r.sync_every, r.fragments, r.fragment_sync_delay
+        )
+    if g.islands is not None:
+        metrics.set_islands(namespace, name, g.islands)
 
 
 __all__ = [

@@ -14,17 +14,17 @@ from typing import Any, TextIO
 from tqdm import tqdm
 
 from shardmeter.cli.common import emit_json
-from shardmeter.cli.plan_report import render_text
 from shardmeter.cost.coefficients import CoefficientsDocument
 from shardmeter.errors import SpecError
+from shardmeter.output.plan_json import result_dict
+from shardmeter.output.plan_plots import plot_frontier, plot_top
+from shardmeter.output.plan_text import render_text
+from shardmeter.output.sim_plots import plot_timeline
+from shardmeter.output.trace import write_trace
 from shardmeter.plan.bnb import Progress, ProgressCallback
-from shardmeter.plan.plots import plot_frontier, plot_top
-from shardmeter.plan.report import result_dict, top_by_throughput
-from shardmeter.plan.result import PlanResult, build_result
+from shardmeter.plan.result import PlanResult, build_result, top_by_throughput
 from shardmeter.plan.schema import ObjectiveKind, PlanSpec, load_plan
 from shardmeter.plan.search import search
-from shardmeter.sim.plot import plot_timeline
-from shardmeter.sim.trace import write_trace
 
 PROGRESS_AFTER_S = 2.0
 """Searches shorter than this show no progress."""

@@ -6,11 +6,11 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from shardmeter.cli import format as fmt
 from shardmeter.cli.common import add_model_pool_args, build_cost_model, emit_json
 from shardmeter.cost.model import CostModel
 from shardmeter.cost.stragglers import straggler_factor
 from shardmeter.errors import SpecError
+from shardmeter.output import format as fmt
 from shardmeter.sim.scenario import IslandShape, IslandStepModel
 
 

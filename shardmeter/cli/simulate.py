@@ -7,16 +7,16 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from shardmeter.cli import format as fmt
 from shardmeter.cli.common import add_model_pool_args, build_cost_model, emit_json
 from shardmeter.errors import SpecError
+from shardmeter.output import format as fmt
+from shardmeter.output.sim_plots import SweepPoint, plot_batch_sweep, plot_timeline
+from shardmeter.output.trace import write_trace
 from shardmeter.sim.diloco import DiLoCoResult, IslandSteps, StreamingSettings, simulate_diloco
 from shardmeter.sim.fsdp import DEFAULT_MAX_INFLIGHT, FSDPDurations, StepResult, simulate_fsdp_step
 from shardmeter.sim.outer import IslandPlacement, OuterLink, fabric_link, outer_link, wan_link
-from shardmeter.sim.plot import SweepPoint, plot_batch_sweep, plot_timeline
 from shardmeter.sim.scenario import DiLoCoIsland, IslandShape, IslandStepModel, simulate_islands
 from shardmeter.sim.settings import SettingsChoice
-from shardmeter.sim.trace import write_trace
 from shardmeter.spec.hardware import LinkKind
 from shardmeter.spec.loading import link_from_arg, read_document, validate
 from shardmeter.spec.training import StrategySpec

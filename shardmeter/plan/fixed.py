@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from shardmeter.cost.coefficients import CoefficientsDocument
 from shardmeter.cost.model import CostModel
 from shardmeter.errors import SpecError
+from shardmeter.plan.groups import IslandGroup
 from shardmeter.plan.schema import PlanSpec
 from shardmeter.sim.diloco import DiLoCoResult
 from shardmeter.sim.outer import IslandPlacement, outer_link
@@ -21,19 +22,6 @@ from shardmeter.sim.scenario import (
     simulate_islands,
 )
 from shardmeter.sim.settings import SettingsChoice, search_settings
-from shardmeter.spec.training import GradientSync
-
-
-@dataclass(frozen=True)
-class FixedGroup:
-    pool: str
-    count: int
-    nodes: int
-    gpus_per_node: int
-    micro_batch: int
-    accumulation: int
-    gradient_sync: GradientSync | None = None
-    """The FSDP gradient-accumulation mode (None: the training spec's)."""
 
 
 @dataclass(frozen=True)
@@ -56,7 +44,7 @@ class FixedEvaluation:
 def evaluate_fixed(
     spec: PlanSpec,
     coefficients: Mapping[str, CoefficientsDocument | None],
-    groups: Sequence[FixedGroup],
+    groups: Sequence[IslandGroup],
     sync_every: int = 1,
     fragments: int = 1,
     delay: int = 0,

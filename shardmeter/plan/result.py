@@ -13,6 +13,7 @@ import numpy as np
 
 from shardmeter.plan.evaluate import Evaluation
 from shardmeter.plan.frontier import RELATIVE_TIE
+from shardmeter.plan.groups import IslandGroup
 from shardmeter.plan.schema import ObjectiveKind, Runtime
 from shardmeter.plan.search import SearchOutput
 from shardmeter.sim.diloco import DiLoCoResult
@@ -26,32 +27,6 @@ from shardmeter.sim.scenario import (
 )
 from shardmeter.sim.settings import SettingsChoice, choose_sync_every, search_settings
 from shardmeter.spec.training import StrategyKind
-
-
-@dataclass(frozen=True)
-class IslandGroup:
-    """``count`` identical islands from one pool."""
-
-    pool: str
-    gpu: str
-    count: int
-    nodes: int
-    gpus_per_node: int
-    micro_batch: int
-    accumulation: int
-    local_batch_tokens: int
-    """Tokens one island processes per inner step."""
-    step_s: float
-    """One island's inner step."""
-    variant: str = ""
-    """Further per-configuration settings (see `shardmeter.plan.configs.ConfigVariant`)."""
-    gradient_sync: str = ""
-    """The FSDP gradient-accumulation mode the islands run (every- or last-micro-batch)."""
-
-    @property
-    def label(self) -> str:
-        """ "k×N×G GPU", as in the paper's Fig. 8."""
-        return f"{self.count}×{self.nodes}×{self.gpus_per_node} {self.gpu.split('-')[0]}"
 
 
 @dataclass(frozen=True)
@@ -103,7 +78,7 @@ def summarise(out: SearchOutput, ev: Evaluation, i: int) -> PlanSummary:
     assert appor is not None, "a feasible layout has an apportioning"
     _, cells = appor
     variants = _variants(out)
-    default_sync = resolved_gradient_sync(out.contexts[0].cost_model, None).value
+    default_sync = resolved_gradient_sync(out.contexts[0].cost_model, None)
     groups = []
     total = 0
     for p, o in enumerate(ev.choice[i]):
@@ -126,7 +101,7 @@ def summarise(out: SearchOutput, ev: Evaluation, i: int) -> PlanSummary:
                 local_batch_tokens=c * grid.quantum * seq_len,
                 step_s=float(table.step_s[c]),
                 variant=variants[int(table.variant[c])].name,
-                gradient_sync=str(variants[int(table.variant[c])].gradient_sync or default_sync),
+                gradient_sync=variants[int(table.variant[c])].gradient_sync or default_sync,
             )
         )
     return PlanSummary(
@@ -336,3 +311,11 @@ def build_result(out: SearchOutput) -> PlanResult:
         tolerance_spread(out, fraction),
         sources,
     )
+
+
+def top_by_throughput(result: PlanResult, n: int = 20) -> list[PlanSummary]:
+    """The ``n`` highest-throughput plans scored (ties: cheaper first) — the paper's Fig. 8."""
+    ev = result.output.evaluated
+    ok = np.flatnonzero(ev.feasible)
+    order = ok[np.lexsort((ev.cost_usd[ok], -ev.tokens_per_s[ok]))]
+    return [summarise(result.output, ev, int(i)) for i in order[:n]]

@@ -1,2 +1,3 @@
 """Execution-graph simulation (paper §III-C, §IV-C/D): FSDP steps, blocking DiLoCo and
-Streaming DiLoCo, bottleneck verdicts, traces and timelines."""
+Streaming DiLoCo, bottleneck verdicts (their traces and timelines are drawn by
+``shardmeter.output``)."""

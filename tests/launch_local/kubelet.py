@@ -2,14 +2,21 @@
 
 * a Job's pods (one per completion index) and a Deployment's pod (one replica) run their
   first container's ``command`` + ``args`` with its ``env``, after Kubernetes' ``$(VAR)``
-  expansion; ``fieldRef`` values (completion index, namespace, pod name) are filled in the
-  way the Job controller and the kubelet fill them;
+  expansion; ``fieldRef`` values (the pod's labels and annotations, namespace, name) are
+  filled in the way the Job controller and the kubelet fill them — an Indexed Job's pods get
+  ``batch.kubernetes.io/job-completion-index`` (label and annotation) and ``job-name``;
+* a JobSet is first expanded as JobSet would: its webhook's defaults, then its controller's
+  child Jobs (JobSet's labels and annotations — ``job-index``, ``job-global-index``… — on
+  each pod template, the pod ``subdomain``) and its headless Service
+  (``support.jobset``: the same code as the simulated JobSet controller);
 * the cluster network becomes loopback: every port a Service declares gets a free local
-  port; a Service's DNS names (``svc``, ``svc.ns``, ``svc.ns.svc[.cluster.local]``, and
-  ``<pod>.svc.ns.svc…`` under a headless Service) become ``127.0.0.1``; inside a pod, a
-  value that is one of its own Service's ports, or a wildcard bind (``[::]:P``,
-  ``0.0.0.0:P``) on one, becomes that Service port's local port — on one host every pod
-  shares the loopback interface, where in a cluster each has its own address.
+  port, and so does every container port of a JobSet's child Job (a JobSet's Service has no
+  ports; each Job's pods own theirs); a Service's DNS names (``svc``, ``svc.ns``,
+  ``svc.ns.svc[.cluster.local]``, and ``<pod>.svc.ns.svc…`` under a headless Service) become
+  ``127.0.0.1``; inside a pod, a value that is one of its own ports, or a wildcard bind
+  (``[::]:P``, ``0.0.0.0:P``) on one, becomes that port's local port, and ``<pod>.svc…:P`` the
+  local port of that pod's P — on one host every pod shares the loopback interface, where in a
+  cluster each has its own address.
 
 Nothing else of the manifests is changed: what the processes see is what the pods would.
 """
@@ -17,6 +24,7 @@ Nothing else of the manifests is changed: what the processes see is what the pod
 from __future__ import annotations
 
 import contextlib
+import copy
 import os
 import re
 import signal
@@ -28,8 +36,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from support import jobset
+
 Manifest = dict[str, Any]
-COMPLETION_INDEX_PATH = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+COMPLETION_INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
+JOBSET_NAME_KEY = jobset.JOBSET_NAME_KEY
 _VAR = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
 
 
@@ -53,16 +64,30 @@ def free_port() -> int:
 
 @dataclass
 class Loopback:
-    """The Services of the manifests, each port mapped to a free port on 127.0.0.1."""
+    """The Services of the manifests, each port mapped to a free port on 127.0.0.1, and the
+    container ports of JobSets' child Jobs, per Job."""
 
     namespace: str
     services: list[Manifest]
     ports: dict[tuple[str, int], int] = field(default_factory=dict)
+    job_ports: dict[str, dict[int, int]] = field(default_factory=dict)
+    """Job name → container port → local port (a JobSet's child Jobs)."""
 
     def __post_init__(self) -> None:
         for svc in self.services:
-            for p in svc["spec"]["ports"]:
+            for p in svc["spec"].get("ports") or []:
                 self.ports[(svc["metadata"]["name"], int(p["port"]))] = free_port()
+
+    def add_job(self, job: Manifest) -> None:
+        containers = job["spec"]["template"]["spec"]["containers"]
+        ports = {int(p["containerPort"]) for c in containers for p in c.get("ports") or []}
+        self.job_ports[job["metadata"]["name"]] = {p: free_port() for p in sorted(ports)}
+
+    def job_of_host(self, host: str) -> str | None:
+        """The Job whose pod ``host`` names (``<job>-<index>`` under a headless Service)."""
+        pod = host.split(".", 1)[0]
+        job = re.sub(r"-[0-9]+$", "", pod)
+        return job if job != pod and job in self.job_ports else None
 
     def service_of_host(self, host: str) -> str | None:
         for svc in self.services:
@@ -82,8 +107,12 @@ class Loopback:
             and all(labels.get(k) == v for k, v in s["spec"]["selector"].items())
         ]
 
-    def rewrite(self, value: str, own: Sequence[str]) -> str:
-        own_ports = {port: local for (svc, port), local in self.ports.items() if svc in own}
+    def own_ports(self, services: Sequence[str], job: str | None) -> dict[int, int]:
+        """The local ports of what a pod listens on: its Services' ports, its Job's ports."""
+        own = {port: local for (svc, port), local in self.ports.items() if svc in services}
+        return {**own, **(self.job_ports.get(job or "") or {})}
+
+    def rewrite(self, value: str, own_ports: Mapping[int, int]) -> str:
         if value.isdigit() and int(value) in own_ports:
             return str(own_ports[int(value)])
         if self.service_of_host(value) is not None:
@@ -93,6 +122,9 @@ class Loopback:
             host, port = m.group(1), int(m.group(2))
             if host in ("[::]", "0.0.0.0") and port in own_ports:
                 return f"127.0.0.1:{own_ports[port]}"
+            job = self.job_of_host(host)
+            if job is not None and port in self.job_ports[job]:
+                return f"127.0.0.1:{self.job_ports[job][port]}"
             svc = self.service_of_host(host)
             if svc is not None and (svc, port) in self.ports:
                 return f"127.0.0.1:{self.ports[(svc, port)]}"
@@ -109,36 +141,70 @@ class LocalPod:
     """The container's environment, as resolved and rewritten for loopback."""
 
 
-def _pods_of(m: Manifest) -> list[tuple[str, dict[str, str], dict[str, str]]]:
-    """(pod name, labels, fieldRef values) of each pod the controller would create."""
-    if m["kind"] not in ("Job", "Deployment"):
-        return []
-    meta, spec = m["metadata"], m["spec"]
-    labels = dict(spec["template"].get("metadata", {}).get("labels", {}))
+def _job_pods(job: Manifest) -> list[tuple[str, dict[str, str], dict[str, str]]]:
+    """(pod name, labels, fieldRef values) of each pod of an Indexed Job, as the Job
+    controller creates them and the kubelet fills the downward API."""
+    meta, spec = job["metadata"], job["spec"]
+    template_meta = spec["template"].get("metadata", {})
     ns = meta["namespace"]
+    out = []
+    for k in range(int(spec.get("completions", 1))):
+        pod = f"{meta['name']}-{k}"  # its hostname (the pod's name has a random suffix)
+        index = {COMPLETION_INDEX_LABEL: str(k)}
+        labels = {
+            **template_meta.get("labels", {}),
+            "job-name": meta["name"],
+            "batch.kubernetes.io/job-name": meta["name"],
+            **index,
+        }
+        annotations = {**template_meta.get("annotations", {}), **index}
+        fields = {"metadata.namespace": ns, "metadata.name": pod}
+        fields |= {f"metadata.labels['{key}']": v for key, v in labels.items()}
+        fields |= {f"metadata.annotations['{key}']": v for key, v in annotations.items()}
+        out.append((pod, labels, fields))
+    return out
+
+
+def _pods_of(m: Manifest) -> list[tuple[str, dict[str, str], dict[str, str], Manifest]]:
+    """(pod name, labels, fieldRef values, its pod template) of each pod the controllers
+    would create."""
     if m["kind"] == "Job":
-        out = []
-        for k in range(int(spec.get("completions", 1))):
-            pod = f"{meta['name']}-{k}"
-            pod_labels = {
-                **labels,
-                "job-name": meta["name"],
-                "batch.kubernetes.io/job-completion-index": str(k),
-            }
-            fields = {COMPLETION_INDEX_PATH: str(k), "metadata.namespace": ns, "metadata.name": pod}
-            out.append((pod, pod_labels, fields))
-        return out
-    pod = f"{meta['name']}-0"
-    return [(pod, labels, {"metadata.namespace": ns, "metadata.name": pod})]
+        return [(*pod, m["spec"]["template"]) for pod in _job_pods(m)]
+    if m["kind"] == "Deployment":
+        meta = m["metadata"]
+        labels = dict(m["spec"]["template"].get("metadata", {}).get("labels", {}))
+        pod = f"{meta['name']}-0"
+        fields = {"metadata.namespace": meta["namespace"], "metadata.name": pod}
+        return [(pod, labels, fields, m["spec"]["template"])]
+    return []
+
+
+def expand_jobsets(manifests: Sequence[Manifest]) -> list[Manifest]:
+    """The manifests with each JobSet replaced by what JobSet makes of it: its child Jobs and
+    its headless Service (the webhook's defaults applied, a stand-in UID)."""
+    out: list[Manifest] = []
+    for m in manifests:
+        if m["kind"] != "JobSet":
+            out.append(m)
+            continue
+        js = copy.deepcopy(m)
+        js["metadata"]["uid"] = f"uid-{js['metadata']['name']}"
+        jobset.default(js)
+        out += [*jobset.construct_jobs(js), jobset.headless_service(js)]
+    return out
 
 
 def local_pods(manifests: Sequence[Manifest], namespace: str) -> tuple[list[LocalPod], Loopback]:
-    """Every pod of the Jobs and Deployments in ``manifests``, ready to start."""
-    net = Loopback(namespace, [m for m in manifests if m["kind"] == "Service"])
+    """Every pod of the Jobs, Deployments and JobSets in ``manifests``, ready to start."""
+    objects = expand_jobsets(manifests)
+    net = Loopback(namespace, [m for m in objects if m["kind"] == "Service"])
+    for m in objects:
+        if m["kind"] == "Job" and JOBSET_NAME_KEY in m["metadata"].get("labels", {}):
+            net.add_job(m)
     pods = []
-    for m in manifests:
-        for name, labels, fields in _pods_of(m):
-            container = m["spec"]["template"]["spec"]["containers"][0]
+    for m in objects:
+        for name, labels, fields, template in _pods_of(m):
+            container = template["spec"]["containers"][0]
             env: dict[str, str] = {}
             for e in container.get("env") or []:
                 if "value" in e:
@@ -146,7 +212,7 @@ def local_pods(manifests: Sequence[Manifest], namespace: str) -> tuple[list[Loca
                 else:
                     path = e["valueFrom"]["fieldRef"]["fieldPath"]
                     env[e["name"]] = fields[path]  # KeyError: a fieldRef no kubelet would fill
-            own = net.own_services(labels)
+            own = net.own_ports(net.own_services(labels), m["metadata"]["name"])
             env = {k: net.rewrite(v, own) for k, v in env.items()}
             argv = [
                 net.rewrite(expand(str(a), env), own)

@@ -236,3 +236,25 @@ def schema_errors(
 def validate(obj: Mapping[str, Any], version: str = KUBE_VERSION) -> list[str]:
     """Everything above: schema (strict) and metadata/kind rules."""
     return schema_errors(obj, version) + metadata_errors(obj)
+
+
+@functools.cache
+def _definition_validator(name: str, version: str, strict: bool) -> jsonschema.Draft202012Validator:
+    schema = {"$ref": f"https://kubernetes.io/api/_definitions.json#/$defs/{name}"}
+    return jsonschema.Draft202012Validator(schema, registry=_registry(version, strict))
+
+
+def definition_errors(
+    value: Any, name: str, where: str, version: str = KUBE_VERSION, strict: bool = True
+) -> list[str]:
+    """Errors of ``value`` against one of Kubernetes' type definitions (e.g.
+    ``io.k8s.api.batch.v1.JobTemplateSpec``, embedded in a custom resource), paths prefixed
+    with ``where``."""
+    validator = _definition_validator(name, version, strict)
+    out = []
+    for error in sorted(
+        validator.iter_errors(value), key=lambda e: list(map(str, e.absolute_path))
+    ):
+        path = ".".join([where, *(str(p) for p in error.absolute_path)])
+        out.append(f"{path}: {error.message}")
+    return out

@@ -9,7 +9,7 @@ import random
 import re
 import string
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
@@ -38,6 +38,7 @@ from support.kube_emulator.resources import (
 from support.kube_emulator.selectors import object_matcher
 from support.kube_emulator.watches import Watches, WatchEvent
 
+Webhook = Callable[[str, kmock.resource, Body, Body | None], None]
 SYSTEM_FIELDS = (
     "uid",
     "creationTimestamp",
@@ -71,6 +72,12 @@ class KubeEmulator(
     _schemas: dict[kmock.resource, Body] = attrs.field(factory=dict, init=False)
     _custom: set[tuple[str, str]] = attrs.field(factory=set, init=False)  # (group, plural) of CRs
     warnings: list[str] = attrs.field(factory=list, init=False)  # unknown fields pruned
+    # Admission webhooks of simulated controllers (JobSet, Kueue): called with
+    # (operation "CREATE" | "UPDATE", resource, the object, the old object or None) on writes
+    # of the main resource (not /status). Mutating ones may change the object before schema
+    # validation; validating ones run after it; either raises api_error() to refuse.
+    mutating_webhooks: list[Webhook] = attrs.field(factory=list, init=False)
+    validating_webhooks: list[Webhook] = attrs.field(factory=list, init=False)
     failures: list[BaseException] = attrs.field(factory=list, init=False)  # emulator bugs (500s)
     _pod_logs: dict[tuple[str, str, str], str] = attrs.field(factory=dict, init=False)
 
@@ -203,7 +210,11 @@ class KubeEmulator(
         obj.update(apiVersion=self._api_version(resource), kind=info.kind)
         if "status" in info.subresources:
             obj.pop("status", None)  # as in Kubernetes: the status cannot be set on creation
+        for hook in self.mutating_webhooks:
+            hook("CREATE", resource, obj, None)
         self._admit(resource, obj, field_validation)
+        for hook in self.validating_webhooks:
+            hook("CREATE", resource, obj, None)
         if resource == CRD:
             self._validate_crd(obj)
         return obj if dry_run else self._commit(key, "ADDED", obj, None)
@@ -245,7 +256,12 @@ class KubeEmulator(
             if field in old_meta:
                 new["metadata"][field] = old_meta[field]
         new.update(apiVersion=old["apiVersion"], kind=old["kind"])
+        webhooks = subresource != "status"
+        for hook in self.mutating_webhooks if webhooks else []:
+            hook("UPDATE", resource, new, old)
         self._admit(resource, new, field_validation)
+        for hook in self.validating_webhooks if webhooks else []:
+            hook("UPDATE", resource, new, old)
         ignored = {"metadata", "status"} if "status" in info.subresources else {"metadata"}
         if {k: v for k, v in new.items() if k not in ignored} != {
             k: v for k, v in old.items() if k not in ignored

@@ -85,6 +85,17 @@ app.kubernetes.io/component: operator
   - apiGroups: ["apps"]
     resources: ["deployments"]
     verbs: ["get", "list", "create", "delete"]
+  # the JobSet of a plan launched as workload JobSet (created, followed, deleted by a
+  # relaunch); Kueue's Workloads of a queued plan, and the LocalQueue spec.queueName names
+  - apiGroups: ["jobset.x-k8s.io"]
+    resources: ["jobsets"]
+    verbs: ["get", "list", "watch", "create", "delete"]
+  - apiGroups: ["kueue.x-k8s.io"]
+    resources: ["workloads"]
+    verbs: ["list", "watch"]
+  - apiGroups: ["kueue.x-k8s.io"]
+    resources: ["localqueues"]
+    verbs: ["get"]
   # observation of running islands: rank 0's pod and its log (read only, bounded)
   - apiGroups: [""]
     resources: ["pods"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from shardmeter.cli import format as fmt
+from shardmeter.output import format as fmt
 from shardmeter.plan.result import PlanResult, PlanSummary
 
 

@@ -6,17 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-import numpy as np
-
-from shardmeter.plan.result import PlanResult, PlanSummary, summarise
-
-
-def top_by_throughput(result: PlanResult, n: int = 20) -> list[PlanSummary]:
-    """The ``n`` highest-throughput plans scored (ties: cheaper first) — the paper's Fig. 8."""
-    ev = result.output.evaluated
-    ok = np.flatnonzero(ev.feasible)
-    order = ok[np.lexsort((ev.cost_usd[ok], -ev.tokens_per_s[ok]))]
-    return [summarise(result.output, ev, int(i)) for i in order[:n]]
+from shardmeter.plan.result import PlanResult, PlanSummary
 
 
 def result_dict(

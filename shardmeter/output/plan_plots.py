@@ -8,9 +8,9 @@ from pathlib import Path
 
 import numpy as np
 
+from shardmeter.output.sim_plots import pyplot, save_figure
 from shardmeter.plan.evaluate import Evaluation
 from shardmeter.plan.result import PlanSummary
-from shardmeter.sim.plot import pyplot, save_figure
 
 
 def plot_frontier(
