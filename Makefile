@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 OUT    ?= out/case-study
 
-.PHONY: demo test lint typecheck pytest crds bench clean tools
+.PHONY: demo test check lint typecheck pytest crds bench clean tools
 
 # Core install: the model, simulator, optimizer and CLI (no torch, no kopf).
 $(VENV)/.core: pyproject.toml
@@ -58,6 +58,11 @@ pytest: $(VENV)/.full tools
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 test: lint pytest
+
+# The inner loop: lint, then every test not marked slow (the bench and launch end-to-end runs,
+# the exhaustive planner cross-check), stopping at the first failure. `make test` runs them all.
+check: lint $(VENV)/.full tools
+	$(PY) -m pytest -m "not slow" -x -q $(PYTEST_ARGS)
 
 crds: $(VENV)/.full
 	$(PY) -m shardmeter_operator.crdgen crds

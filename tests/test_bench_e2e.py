@@ -77,6 +77,10 @@ def test_cpu_quick_run_feeds_predict_and_plan(tmp_path: Path) -> None:
         assert fit.n_samples >= 12 and fit.cv_mape is not None and fit.coefficients, target
         assert fit.leave_one_model_out_mape is not None
     _assert_fit_follows_the_samples(doc, Target.BLOCK_BACKWARD)
+    # a sanity bound, not the accuracy figure (benchmarks/bench_accuracy.py measures that):
+    # CPU timings on a machine loaded by other work scatter (0.31 seen at load ≈ 4), a fit in
+    # the wrong units or of the wrong terms is off by far more
+    assert doc.compute[Target.BLOCK_BACKWARD].cv_mape < 0.5
     for collective in COLLECTIVES:
         fit = doc.communication[LinkRole.INTRA_NODE][collective]
         assert fit.n_samples == 5 and fit.link == "gloo-loopback" and fit.seconds_per_byte > 0

@@ -179,6 +179,7 @@ def test_predictions_are_the_cost_models_unit_sums() -> None:
     assert two > fwd + bwd and two != pytest.approx(one)
 
 
+@pytest.mark.slow
 def test_distributed_validation_on_two_gloo_ranks() -> None:
     job = DistributedValidation(
         cases=(FsdpCase("tiny-llama", TINY_SPECS["tiny-llama"], 2, 2, 24),),

@@ -151,4 +151,6 @@ def test_time_limit_flag_reports_the_gap(
     assert 0 <= data["search"]["gap"] < 1
     assert data["runtime"] == "torchtitan-ft"
     assert main(["plan", str(f), "--no-files", "--time-limit", "0"]) == 2
-    assert "--time-limit: must be > 0 seconds" in capsys.readouterr().err
+    assert (
+        "argument --time-limit: must be > 0 and ≤ 604800 seconds (got 0)" in capsys.readouterr().err
+    )

@@ -88,13 +88,16 @@ def test_coefficients_file_supplies_the_device(
         (["--model", "llama-3.1-8b"], "--gpu: is required"),
         (
             ["--model", "llama-3.1-8b", "--gpu", "h200", "--micro-batch", "0"],
-            "--micro-batch: must be ≥ 1",
+            "argument --micro-batch: must be between 1 and 1,048,576 (got 0)",
         ),
         (
             ["--model", "llama-3.1-8b", "--gpu", "h200", "--coefficients", "/nonexistent.json"],
             "cannot read",
         ),
-        (["--model", "llama-3.1-8b", "--gpu", "h200", "--seq-len", "x"], "invalid int value"),
+        (
+            ["--model", "llama-3.1-8b", "--gpu", "h200", "--seq-len", "x"],
+            "argument --seq-len: must be a whole number between 1 and 1,048,576 (got 'x')",
+        ),
     ],
 )
 def test_bad_input_exits_2_with_one_line(args: list[str], message: str) -> None:
@@ -155,7 +158,7 @@ def test_bad_topology_and_options_exit_2_naming_the_field(
 def test_float8_on_a100_is_an_error_naming_precision(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["predict", "--model", "llama-3.1-8b", "--gpu", "a100", "--precision", "fp8"]) == 2
     err = capsys.readouterr().err
-    assert "training.precision" in err and "H100" in err
+    assert "--precision: fp8" in err and "H100" in err and "A100-80GB-SXM" in err
 
 
 def test_new_options_show_in_the_prediction(capsys: pytest.CaptureFixture[str]) -> None:

@@ -113,10 +113,10 @@ def test_durations_file_what_if(tmp_path: Path, capsys: pytest.CaptureFixture[st
     [
         (
             [*BASE, "--strategy", "streaming-diloco", "--sync-every", "10", "--fragments", "3"],
-            "strategy: syncEvery (10) must be a multiple of fragments (3)",
+            "--sync-every: syncEvery (10) must be a multiple of fragments (3)",
         ),
-        ([*BASE, "--sync-every", "x"], "must be an integer or 'auto'"),
-        ([*BASE, "--accumulation", "0"], "--accumulation: must be ≥ 1"),
+        ([*BASE, "--sync-every", "x"], "--sync-every: must be 'auto' or a whole number"),
+        ([*BASE, "--accumulation", "0"], "--accumulation: must be between 1 and 65,536 (got 0)"),
         (["simulate", "--durations", "/nonexistent.yaml"], "cannot read file"),
         ([*BASE, "--strategy", "diloco", "--outer-link", "wan-5g"], "unknown link preset"),
     ],

@@ -81,14 +81,14 @@ async def test_default_workload_is_a_jobset_that_restarts_then_fails(tmp_path: P
         # it fails again: no restart left, the plan fails with JobSet's reason
         failed = child_jobs(cluster, 1)[0]["metadata"]["name"]
         cluster.set_job_failed(NS, failed)
-        # (the phase may turn Failed one status write before every island carries its reason)
-        status = await status_of(
-            cluster,
-            "trainingplans",
-            NS,
-            NAME,
-            lambda s: s.get("phase") == "Failed" and all(i.get("reason") for i in s["islands"]),
-        )
+
+        # the JobSet's Failed condition and the failed Job's own status are two watch events
+        # that may reach the operator in either order: wait for both to be followed
+        def settled(s: dict[str, Any]) -> bool:
+            reasons = {i["name"]: i.get("reason") for i in s.get("islands") or []}
+            return s.get("phase") == "Failed" and reasons.get(failed) == "BackoffLimitExceeded"
+
+        status = await status_of(cluster, "trainingplans", NS, NAME, settled)
         reasons = {i["name"]: i["reason"] for i in status["islands"]}
         assert reasons[failed] == "BackoffLimitExceeded"
         assert set(reasons.values()) == {"BackoffLimitExceeded", "ReachedMaxRestarts"}

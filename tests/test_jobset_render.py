@@ -16,15 +16,23 @@ from test_launch_e2e import REPO, plan
 
 from launch_local.kubelet import _job_pods, expand_jobsets
 from shardmeter_operator import islandpods, kueue
+from shardmeter_operator.launch import plan_phase
 from shardmeter_operator.resources import (
     GPUPoolSpec,
+    IslandState,
     IslandStatus,
+    TrainingPlanPhase,
     TrainingPlanStatus,
     WorkloadKind,
 )
 from shardmeter_operator.runtime_manifests import launch_manifests
 from shardmeter_operator.workload import launch_islands
-from shardmeter_operator.workload_jobset import JOBSET_NAME_MAX, island_groups, jobset_name
+from shardmeter_operator.workload_jobset import (
+    JOBSET_NAME_MAX,
+    follow_jobset,
+    island_groups,
+    jobset_name,
+)
 from support.jobset import JOBSETS, JobSetController
 from support.kube_emulator import JOBS, KubeEmulator
 from support.kube_emulator.selectors import label_selector_matcher
@@ -279,3 +287,32 @@ def test_a_refusal_fixed_elsewhere_is_rechecked_on_any_event(reason: str, rechec
         "status": {"observedGeneration": 1, "phase": "Invalid", "conditions": [valid]},
     }
     assert needs_work(body, {"cluster-a": PoolView({}, {})}) is rechecked
+
+
+def test_a_failed_island_job_waits_for_the_jobsets_failure_policy() -> None:
+    """A child Job that failed does not fail the plan by itself: JobSet restarts every island
+    or fails the JobSet. Once the JobSet failed, the island that failed keeps its own reason,
+    even when its Job is gone."""
+    islands = [island(0, 1).model_copy(update={"name": f"js-g0-{i}"}) for i in range(2)]
+    jobset: dict[str, Any] = {"spec": {"failurePolicy": {"maxRestarts": 1}}, "status": {}}
+    running = {"status": {"ready": 1}, "spec": {"parallelism": 1}}
+    failed = {"status": {"conditions": [_failed_condition("BackoffLimitExceeded")]}}
+    jobs = {"js-g0-0": failed, "js-g0-1": running}
+    after = follow_jobset(islands, jobset, jobs, {}, complete=True)
+    assert [(i.state, i.reason) for i in after] == [
+        (IslandState.PENDING, "BackoffLimitExceeded"),
+        (IslandState.RUNNING, "PodsReady"),
+    ]
+    assert "0 of 1 restarts used" in after[0].message
+    assert plan_phase(after) is TrainingPlanPhase.LAUNCHED
+    jobset["status"] = {"conditions": [_failed_condition("ReachedMaxRestarts")]}
+    final = follow_jobset(after, jobset, {"js-g0-1": running}, {}, complete=True)
+    assert [(i.state, i.reason) for i in final] == [
+        (IslandState.FAILED, "BackoffLimitExceeded"),
+        (IslandState.FAILED, "ReachedMaxRestarts"),
+    ]
+    assert plan_phase(final) is TrainingPlanPhase.FAILED
+
+
+def _failed_condition(reason: str) -> dict[str, str]:
+    return {"type": "Failed", "status": "True", "reason": reason, "message": reason}

@@ -13,6 +13,7 @@ from operator_support import (
     OPERATOR_NS,
     apply,
     condition,
+    job_uids,
     manifest,
     operator_cluster,
     status_of,
@@ -95,7 +96,7 @@ async def test_benchmark_adoption_reevaluates_launched_plan(tmp_path: Path) -> N
             lambda s: s.get("phase") == "Launched",
         )
         assert condition(launched, "OuterStepBlocking")["status"] == "False"
-        jobs_before = cluster.count("POST", "jobs")
+        jobs_before = job_uids(cluster)
         # the bench Job publishes measured coefficients and succeeds
         cluster.apply(
             {
@@ -161,7 +162,7 @@ async def test_benchmark_adoption_reevaluates_launched_plan(tmp_path: Path) -> N
                 == {"pool": "cluster-a", "source": "measured", "revision": current()}
             ),
         )
-        assert cluster.count("POST", "jobs") == jobs_before and cluster.count("DELETE", "jobs") == 0
+        assert job_uids(cluster) == jobs_before and cluster.count("DELETE", "jobs") == 0
         assert (
             metrics.plan_blocking_seconds.labels("default", "llama-8b-case-study")._value.get() > 0
         )

@@ -77,6 +77,7 @@ def check(raw: dict[str, Any], mode: str | None = None, refs: list[Ref] | None =
     STATS["feasible"] += 1
 
 
+@pytest.mark.slow
 @settings(
     max_examples=200,
     deadline=None,

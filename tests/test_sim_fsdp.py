@@ -274,19 +274,21 @@ def test_island_step_model_matches_full_simulation() -> None:
 
 
 def test_durations_file_format_and_errors() -> None:
-    d = FSDPDurations.from_mapping(
-        {
-            "units": [
-                {"name": "emb", "forward_s": 1},
-                {"name": "block", "repeat": 3, "forward_s": 2, "all_gather_s": 1},
-            ],
-            "optimizer_s": 0.5,
-        }
-    )
-    assert d.unit_names == ("emb", "block0", "block1", "block2") and d.all_gather_s == (0, 1, 1, 1)
     from shardmeter.errors import SpecError
+    from shardmeter.sim.whatif import WhatIfDocument
+    from shardmeter.spec.loading import validate
 
-    with pytest.raises(SpecError, match=r"durations.units\[1\].forward_s"):
-        FSDPDurations.from_mapping({"units": [{"forward_s": 1}, {"forward_s": -1}]})
+    doc = {
+        "units": [
+            {"name": "emb", "forward_s": 1},
+            {"name": "block", "repeat": 3, "forward_s": 2, "all_gather_s": 1},
+        ],
+        "optimizer_s": 0.5,
+    }
+    d = validate(WhatIfDocument, doc).fsdp_durations()
+    assert d.unit_names == ("emb", "block0", "block1", "block2") and d.all_gather_s == (0, 1, 1, 1)
+
+    with pytest.raises(SpecError, match=r"units\[1\]\.forward_s: must be between 0 and 1e9"):
+        validate(WhatIfDocument, {"units": [{"forward_s": 1}, {"forward_s": -1}]}, "durations")
     with pytest.raises(SpecError, match="unknown field"):
-        FSDPDurations.from_mapping({"units": [{"fwd": 1}]})
+        validate(WhatIfDocument, {"units": [{"fwd": 1}]})

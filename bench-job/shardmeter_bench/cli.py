@@ -20,15 +20,37 @@ from typing import Any, NoReturn
 
 from pydantic import TypeAdapter, ValidationError
 
-from shardmeter.errors import ShardMeterError
+from shardmeter.errors import ShardMeterError, spec_error_from_validation
 from shardmeter.spec.hardware import GPURef, GPUSpec, LinkRef, LinkSpec
 from shardmeter_bench import __version__, errors, logs
 from shardmeter_bench.catalog import MAX_CONFIGS
 from shardmeter_bench.errors import BenchError, UsageError
 
 PROG = "shardmeter-bench"
+MAX_REPEATS = 1000
+"""Most profiled iterations per shape."""
+MAX_RANKS = 256
+"""Most local ranks spawned without torchrun."""
+MAX_THREADS = 1024
+"""Most intra-op threads per rank."""
+MAX_SEED = 2**32 - 1
+"""Largest seed (numpy's limit)."""
+MAX_TIMEOUT_S = 86_400.0
+"""Longest rendezvous/collective timeout (a day)."""
 MODES = ("compute", "comm", "all", "validate")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+EPILOG = """\
+examples:
+  python -m shardmeter_bench all --device cpu --scale small --configs 12 --out c.json
+  python -m shardmeter_bench validate --device cpu --scale small --coefficients c.json
+  torchrun --nproc-per-node 8 -m shardmeter_bench all --device cuda --gpu h200 \\
+      --intra-node-link nvlink4 --pool cluster-a --publish configmap/shardmeter-coefficients-a
+
+Exit status: 0 success, 1 other failure, 2 bad input (one line naming the flag), 3 device
+unavailable, 4 out of memory, 5 distributed failure or timeout, 6 publishing failed,
+130 interrupted; a failure prints one line (the JSON event when logs are JSON)."""
 
 
 class _OneLineParser(argparse.ArgumentParser):
@@ -41,9 +63,16 @@ def build_parser() -> argparse.ArgumentParser:
     p = _OneLineParser(
         prog=PROG,
         description="Profile a pool, fit ShardMeter coefficients, publish them, validate them.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--version", action="version", version=f"{PROG} {__version__}")
-    p.add_argument("mode", choices=MODES, help="what to run")
+    p.add_argument(
+        "mode",
+        choices=MODES,
+        help="compute: profile block shapes; comm: time collectives; all: both, then fit; "
+        "validate: all, then check predicted against measured FSDP steps",
+    )
     g = p.add_argument_group("measurement")
     g.add_argument(
         "--device",
@@ -55,11 +84,18 @@ def build_parser() -> argparse.ArgumentParser:
         "--scale",
         choices=("small", "full"),
         default="full",
-        help="shape range: full = the paper's Table I, small = a quick CPU range",
+        help="shape range: full = the paper's Table I, small = a quick CPU range (default: full)",
     )
     g.add_argument("--configs", type=int, help="catalog shapes (default 200 GPU, 24 CPU, 12 small)")
-    g.add_argument("--repeats", type=int, default=5, help="profiled iterations per shape (≥ 3)")
-    g.add_argument("--seed", type=int, default=0, help="catalog and weights seed")
+    g.add_argument(
+        "--repeats",
+        type=int,
+        default=5,
+        help=f"profiled iterations per shape (3–{MAX_REPEATS}; default 5)",
+    )
+    g.add_argument(
+        "--seed", type=int, default=0, help=f"catalog and weights seed (0–{MAX_SEED}; default 0)"
+    )
     g.add_argument(
         "--precision",
         choices=("bf16", "fp32"),
@@ -69,12 +105,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--ranks",
         type=int,
         default=2,
-        help="local ranks to spawn for collectives and FSDP when not under torchrun",
+        help="local ranks to spawn for collectives and FSDP when not under torchrun "
+        f"(1–{MAX_RANKS}; default 2)",
     )
     g.add_argument(
         "--threads",
         type=int,
-        help="intra-op threads per rank (default 1 on CPU: far steadier; 0 = torch's)",
+        help=f"intra-op threads per rank (0–{MAX_THREADS}; default 1 on CPU: far steadier; "
+        "0 = torch's)",
     )
     g.add_argument(
         "--max-memory-gib",
@@ -86,7 +124,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--timeout",
         type=float,
         default=600.0,
-        help="seconds to wait for distributed rendezvous and collectives",
+        help="seconds to wait for distributed rendezvous and collectives "
+        f"(> 0, ≤ {MAX_TIMEOUT_S:g}; default 600)",
     )
     h = p.add_argument_group("hardware description")
     h.add_argument(
@@ -96,30 +135,43 @@ def build_parser() -> argparse.ArgumentParser:
     )
     h.add_argument(
         "--intra-node-link",
-        help="link inside a node: preset name or JSON link spec (label and prior)",
+        help="link inside a node: preset name or JSON link spec (label and prior) "
+        "(default: the GPU preset's, loopback on a CPU)",
     )
     h.add_argument(
         "--inter-node-link",
-        help="link between nodes: preset name or JSON link spec (label and prior)",
+        help="link between nodes: preset name or JSON link spec (label and prior) "
+        "(default: the GPU preset's)",
     )
-    h.add_argument("--pool", help="pool name recorded in the document")
+    h.add_argument("--pool", help="pool name recorded in the document (default: none)")
     o = p.add_argument_group("output")
     o.add_argument(
         "--out",
         help="coefficients JSON to write (default ./shardmeter-coefficients.json unless --publish)",
     )
-    o.add_argument("--publish", help="configmap/NAME: patch that ConfigMap's data")
+    o.add_argument(
+        "--publish", help="configmap/NAME: patch that ConfigMap's data (default: no publishing)"
+    )
     o.add_argument("--namespace", help="namespace of the ConfigMap (default: the pod's)")
     o.add_argument(
         "--report-dir",
         default="shardmeter-validation",
-        help="validate: folder for validation.json and validation.md",
+        help="validate: folder for validation.json and validation.md "
+        "(default: shardmeter-validation)",
     )
     o.add_argument(
-        "--coefficients", help="validate: use this file instead of measuring and fitting"
+        "--coefficients",
+        help="validate: use this file instead of measuring and fitting (default: measure)",
     )
-    o.add_argument("--log-format", choices=("auto", "json", "console"), default="auto")
-    o.add_argument("--verbose", action="store_true", help="debug logs; tracebacks on bugs")
+    o.add_argument(
+        "--log-format",
+        choices=("auto", "json", "console"),
+        default="auto",
+        help="log lines on stderr (default: auto = console on a terminal, JSON otherwise)",
+    )
+    o.add_argument(
+        "--verbose", action="store_true", help="debug logs; tracebacks on bugs (default: off)"
+    )
     return p
 
 
@@ -128,14 +180,21 @@ def _check(args: argparse.Namespace) -> None:
     Also turns --gpu and the link options into specs (preset name or inline JSON)."""
     if args.configs is not None and not 1 <= args.configs <= MAX_CONFIGS:
         raise UsageError(f"--configs: must be between 1 and {MAX_CONFIGS} (got {args.configs})")
-    if args.repeats < 3:
-        raise UsageError(f"--repeats: must be ≥ 3 for a median (got {args.repeats})")
-    if args.ranks < 1:
-        raise UsageError(f"--ranks: must be ≥ 1 (got {args.ranks})")
-    if args.threads is not None and args.threads < 0:
-        raise UsageError(f"--threads: must be ≥ 0 (got {args.threads})")
-    if args.timeout <= 0:
-        raise UsageError(f"--timeout: must be > 0 (got {args.timeout})")
+    if not 3 <= args.repeats <= MAX_REPEATS:
+        raise UsageError(
+            f"--repeats: must be between 3 (for a median) and {MAX_REPEATS} (got {args.repeats})"
+        )
+    if not 1 <= args.ranks <= MAX_RANKS:
+        raise UsageError(f"--ranks: must be between 1 and {MAX_RANKS} (got {args.ranks})")
+    if args.threads is not None and not 0 <= args.threads <= MAX_THREADS:
+        raise UsageError(f"--threads: must be between 0 and {MAX_THREADS} (got {args.threads})")
+    if not 0 <= args.seed <= MAX_SEED:
+        raise UsageError(f"--seed: must be between 0 and {MAX_SEED} (got {args.seed})")
+    if not (math.isfinite(args.timeout) and 0 < args.timeout <= MAX_TIMEOUT_S):
+        raise UsageError(
+            f"--timeout: must be a finite number of seconds > 0 and ≤ {MAX_TIMEOUT_S:g} "
+            f"(got {args.timeout})"
+        )
     if args.max_memory_gib is not None:
         if not (math.isfinite(args.max_memory_gib) and args.max_memory_gib >= 1):
             raise UsageError(f"--max-memory-gib: must be ≥ 1 (got {args.max_memory_gib})")
@@ -155,7 +214,7 @@ def _check(args: argparse.Namespace) -> None:
             setattr(args, flag, _hardware(option, value, TypeAdapter(LinkRef)))
     for flag in ("pool", "namespace"):
         value = getattr(args, flag)
-        if value is not None and not (len(value) <= 63 and _DNS_LABEL.match(value)):
+        if value is not None and not (len(value) <= 63 and _DNS_LABEL.fullmatch(value)):
             raise UsageError(f"--{flag}: {value!r} is not a DNS-1123 label")
     if args.publish is not None:
         from shardmeter_bench.publish import parse_target
@@ -182,11 +241,8 @@ def _hardware(option: str, text: str, adapter: TypeAdapter[GPUSpec] | TypeAdapte
     try:
         return adapter.validate_python(value)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        where = ".".join(str(p) for p in err["loc"] if not isinstance(p, int))
-        field = f" field {where!r}:" if where else ""
-        message = str(err["msg"]).removeprefix("Value error, ")
-        raise UsageError(f"{option}:{field} {message}") from exc
+        spec = GPUSpec if option == "--gpu" else LinkSpec
+        raise UsageError(str(spec_error_from_validation(exc, source=option, model=spec))) from exc
 
 
 def _resolve_device(requested: str) -> str:
@@ -216,10 +272,19 @@ def _looks_like_oom(exc: BaseException) -> bool:
     )
 
 
+_json_logs = {"on": False}
+"""Whether this run's logs are JSON lines (set by `main` once the format is known)."""
+
+
 def fail(exc: BenchError, verbose: bool = False) -> int:
-    logs.get_logger().error(exc.event, error=exc.message, exit_code=exc.code)
-    line = f"{PROG}: error: {exc.message}"
-    sys.stderr.write(line + "\n")
+    """Report a failure as one line on stderr (and in the pod's termination log): the
+    structlog event itself when logs are JSON (``event``, ``error``, ``exit_code`` for log
+    pipelines), the plain line otherwise — never both."""
+    line = f"{PROG}: error: {' '.join(exc.message.split())}"
+    if _json_logs["on"]:
+        logs.get_logger().error(exc.event, error=line, exit_code=exc.code)
+    else:
+        sys.stderr.write(line + "\n")
     _termination_log(line)
     return exc.code
 
@@ -235,6 +300,7 @@ def main(argv: Sequence[str] | None = None, exits_after: bool = False) -> int:
         sys.stderr.write(f"{PROG}: error: {exc.message}\n")
         return errors.EXIT_USAGE
     json_logs = {"json": True, "console": False}.get(args.log_format)
+    _json_logs["on"] = json_logs if json_logs is not None else not sys.stderr.isatty()
     logs.configure(rank=int(os.environ.get("RANK", "0") or 0), json=json_logs, verbose=args.verbose)
     try:
         import torch

@@ -38,7 +38,7 @@ def is_valid(name: str, *, max_len: int = DNS_LABEL_MAX, dns1035: bool = True) -
     """Whether ``name`` is a DNS-1035 label (or, with ``dns1035=False``, a DNS-1123 label) of
     at most ``max_len`` characters."""
     pattern = _DNS1035 if dns1035 else _DNS1123_LABEL
-    return len(name) <= max_len and bool(pattern.match(name))
+    return len(name) <= max_len and bool(pattern.fullmatch(name))
 
 
 def _sanitize(text: str) -> str:
@@ -81,7 +81,7 @@ def subdomain_name(prefix: str, owner: str) -> str:
     """``<prefix>-<owner>`` as a DNS-1123 subdomain (ConfigMaps, Roles): long owners are
     shortened and hashed as in :func:`child_name`."""
     plain = f"{prefix}-{owner}"
-    if len(plain) <= DNS_SUBDOMAIN_MAX and _DNS1123_SUBDOMAIN.match(plain):
+    if len(plain) <= DNS_SUBDOMAIN_MAX and _DNS1123_SUBDOMAIN.fullmatch(plain):
         return plain
     return child_name(prefix, owner, max_len=DNS_SUBDOMAIN_MAX, dns1035=False)
 
@@ -89,7 +89,7 @@ def subdomain_name(prefix: str, owner: str) -> str:
 def label_value(value: str) -> str:
     """``value`` as a label value (≤ 63 characters): unchanged when it fits, else shortened
     with a hash of the whole value. Select by the object's UID label where exactness matters."""
-    if len(value) <= LABEL_VALUE_MAX and _LABEL_VALUE.match(value):
+    if len(value) <= LABEL_VALUE_MAX and _LABEL_VALUE.fullmatch(value):
         return value
     stem = re.sub(r"[^A-Za-z0-9_.-]+", "-", value)[: LABEL_VALUE_MAX - HASH_LENGTH - 1]
     stem = re.sub(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$", "", stem)

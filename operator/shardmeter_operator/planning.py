@@ -11,7 +11,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from shardmeter.cost.coefficients import CoefficientsDocument
-from shardmeter.errors import SpecError, spec_error_from_validation
+from shardmeter.errors import spec_error_from_validation
 from shardmeter.plan.fixed import evaluate_fixed
 from shardmeter.plan.groups import IslandGroup
 from shardmeter.plan.result import build_result
@@ -69,8 +69,8 @@ def plan_request(
     )
     try:
         return PlanSpec.model_validate({**base, "model": spec.model, "pools": plan_pools})
-    except Exception as exc:
-        raise SpecError("spec", str(exc).splitlines()[0]) from exc
+    except ValidationError as exc:  # a rule across the plan and its pools (unique names, …)
+        raise spec_error_from_validation(exc, "spec") from exc
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from shardmeter.plan.schema import PlanRequest
-from shardmeter.spec.base import SpecModel
+from shardmeter.spec.base import SpecEnum, SpecModel
 from shardmeter.spec.hardware import PoolHardware
 from shardmeter_operator.observed_status import (
     IslandObservation,
@@ -153,7 +153,7 @@ class PoolRef(SpecModel):
     """A GPUPool the plan may use."""
 
     name: str = Field(min_length=1, max_length=63)
-    max_nodes: int | None = Field(default=None, ge=0)
+    max_nodes: int | None = Field(default=None, ge=0, le=4096)
     """Use at most this many of the pool's nodes."""
 
 
@@ -190,7 +190,7 @@ class FaultToleranceSpec(SpecModel):
     that the hostnames torchft advertises (``socket.gethostname()``) resolve across islands."""
 
 
-class WorkloadKind(StrEnum):
+class WorkloadKind(SpecEnum):
     """What a launch creates for the islands (``shardmeter_operator.workload``)."""
 
     JOB = "Job"

@@ -292,6 +292,15 @@ def restarts_of(jobset: Mapping[str, Any] | None) -> int:
     return int(((jobset or {}).get("status") or {}).get("restarts") or 0)
 
 
+AWAITING_POLICY = "; waiting for the JobSet's failure policy"
+"""In a failed island Job's message while JobSet has not yet restarted or failed the islands."""
+
+
+def max_restarts_of(jobset: Mapping[str, Any] | None) -> int:
+    policy = ((jobset or {}).get("spec") or {}).get("failurePolicy") or {}
+    return int(policy.get("maxRestarts") or 0)
+
+
 def follow_jobset(
     islands: Sequence[IslandStatus],
     jobset: Mapping[str, Any] | None,
@@ -326,6 +335,9 @@ def follow_jobset(
             own = job_state(job) if job is not None else None
             if own is not None and own[0] is IslandState.FAILED:
                 state = own
+            elif isl.state is IslandState.PENDING and AWAITING_POLICY in isl.message:
+                # its own Job failed it (and is gone now, with the failed JobSet's Jobs)
+                state = (IslandState.FAILED, isl.reason, isl.message.split(AWAITING_POLICY)[0])
             else:
                 reason = str(failed.get("reason") or "JobSetFailed")
                 state = (IslandState.FAILED, reason, str(failed.get("message") or ""))
@@ -348,6 +360,15 @@ def follow_jobset(
         else:
             uid = str((job.get("metadata") or {}).get("uid") or "")
             state = job_state(job, rejected.get(uid, ""))
+            if state[0] is IslandState.FAILED:
+                # JobSet's failure policy answers a failed child Job: it restarts every island
+                # or fails the whole JobSet. Until its status says which, the plan has not failed.
+                state = (
+                    IslandState.PENDING,
+                    state[1],
+                    f"{state[2]}{AWAITING_POLICY} "
+                    f"({restarts} of {max_restarts_of(jobset)} restarts used)",
+                )
         out.append(
             isl.model_copy(update={"state": state[0], "reason": state[1], "message": state[2]})
         )

@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from enum import Enum
 from typing import Any, get_args
 
+from shardmeter.cli.args import field_bounds, float_arg, int_arg
 from shardmeter.cost.coefficients import CoefficientsDocument
 from shardmeter.cost.model import CostModel
 from shardmeter.errors import SpecError
-from shardmeter.spec.hardware import PoolSpec
+from shardmeter.spec.hardware import PoolHardware, PoolSpec
 from shardmeter.spec.loading import (
     gpu_from_arg,
     link_from_arg,
@@ -52,11 +54,11 @@ def _enum_of(annotation: Any) -> type[Enum] | None:
 
 
 def add_training_flags(group: argparse._ArgumentGroup) -> None:
-    """One flag per `TRAINING_FLAGS` field, typed from the field."""
+    """One flag per `TRAINING_FLAGS` field, typed (and range-checked) from the field."""
     for name in TRAINING_FLAGS:
         field = TrainingSpec.model_fields[name]
         flag = "--" + name.replace("_", "-")
-        help_text = (field.description or "").split("\n\n")[0].replace("%", "%%")
+        help_text = " ".join((field.description or "").split("\n\n")[0].split()).replace("%", "%%")
         enum = _enum_of(field.annotation)
         if name == "activation_checkpointing":
             # ``--activation-checkpointing`` alone still means full, as before the modes
@@ -65,88 +67,147 @@ def add_training_flags(group: argparse._ArgumentGroup) -> None:
                 nargs="?",
                 const=ActivationCheckpointing.FULL.value,
                 default=None,
-                metavar="MODE",
-                help=f"{help_text} Alone: full.",
+                metavar="|".join(e.value for e in ActivationCheckpointing),
+                help=f"{help_text} Alone: full. (default: none)",
             )
         elif enum is not None:
             group.add_argument(
-                flag, default=None, metavar="|".join(e.value for e in enum), help=help_text
+                flag,
+                default=None,
+                metavar="|".join(e.value for e in enum),
+                help=f"{help_text} (default: {field.default})",
             )
         elif field.annotation is bool:
             group.add_argument(
-                flag, action=argparse.BooleanOptionalAction, default=None, help=help_text
+                flag,
+                action=argparse.BooleanOptionalAction,
+                default=None,
+                help=f"{help_text} (default: {str(field.default).lower()})",
             )
         else:
-            group.add_argument(flag, type=int, default=None, help=help_text)
+            lo, hi = field_bounds(TrainingSpec, name)
+            group.add_argument(
+                flag,
+                type=int_arg(lo, hi),
+                default=None,
+                metavar="N",
+                help=f"{help_text} ({lo}–{hi:,}; default: {field.default})",
+            )
 
 
 def training_overrides(args: argparse.Namespace) -> dict[str, Any]:
     return {n: getattr(args, n) for n in TRAINING_FLAGS if getattr(args, n, None) is not None}
 
 
-def _validate_as_flags(model: type[Any], data: dict[str, Any], where: str) -> Any:
-    """``validate`` whose error names the command-line flag (``--power-cap-watts``) when
-    the field at fault came from one."""
-    try:
-        return validate(model, data, where)
-    except SpecError as exc:
-        head, _, rest = exc.field.partition(".")
-        name, _, tail = rest.partition(".")
-        if head == where and name and not tail:
-            raise SpecError("--" + name.replace("_", "-"), exc.message) from exc
-        raise
+MODEL_POOL_FLAGS: dict[str, str] = {
+    "pool": "--power-cap-watts",  # the pool's own rule: the cap within the board's limits
+    "pool.gpu": "--gpu",
+    "pool.nodes": "--nodes",
+    "pool.gpus_per_node": "--gpus-per-node",
+    "pool.intra_node_link": "--intra-node-link",
+    "pool.inter_node_link": "--inter-node-link",
+    "pool.network": "--network",
+    "pool.power_cap_watts": "--power-cap-watts",
+    "training": "--seq-len",
+    "training.seq_len_tokens": "--seq-len",
+    "training.global_batch_tokens": "--micro-batch",
+    **{f"training.{n}": "--" + n.replace("_", "-") for n in TRAINING_FLAGS},
+    "accumulation": "--accumulation",
+    "max_inflight": "--max-inflight",
+}
+"""Spec fields the model and pool flags set: errors about them name the flag."""
 
 
 def add_model_pool_args(p: argparse.ArgumentParser) -> None:
+    nodes = field_bounds(PoolHardware, "nodes")
+    gpus = field_bounds(PoolHardware, "gpus_per_node")
+    seq = field_bounds(TrainingSpec, "seq_len_tokens")
     g = p.add_argument_group("model and hardware")
-    g.add_argument("--model", help="model preset (e.g. llama-3.1-8b) or YAML/JSON file (required)")
+    g.add_argument(
+        "--model",
+        metavar="NAME|FILE",
+        help="model preset (e.g. llama-3.1-8b) or YAML/JSON file (required)",
+    )
     g.add_argument(
         "--gpu",
-        help="GPU preset (e.g. h200-141gb-sxm) or file; default: the coefficients file's device",
+        metavar="NAME|FILE",
+        help="GPU preset (e.g. h200-141gb-sxm) or file (default: the coefficients file's device)",
     )
-    g.add_argument("--pool", help="a PoolSpec YAML/JSON file instead of --gpu/--*-link")
-    g.add_argument("--nodes", type=int, default=1, help="island nodes N (default 1)")
     g.add_argument(
-        "--gpus-per-node", type=int, default=8, help="island GPUs per node G (default 8)"
+        "--pool", metavar="FILE", help="a PoolSpec YAML/JSON file instead of --gpu/--*-link"
     )
-    g.add_argument("--intra-node-link", help="link preset or file (default: the GPU's usual one)")
+    g.add_argument(
+        "--nodes",
+        type=int_arg(*nodes),
+        default=1,
+        metavar="N",
+        help=f"island nodes N ({nodes[0]}–{nodes[1]:,})",
+    )
+    g.add_argument(
+        "--gpus-per-node",
+        type=int_arg(*gpus),
+        default=8,
+        metavar="G",
+        help=f"island GPUs per node G ({gpus[0]}–{gpus[1]})",
+    )
+    g.add_argument(
+        "--intra-node-link",
+        metavar="NAME|FILE",
+        help="link preset or file (default: the GPU's usual one)",
+    )
     g.add_argument(
         "--network",
+        metavar="NAME|FILE|JSON",
         help="node network: preset (8x-ndr, 8x-hdr, 8x-400gbe, 4x-200gbe, 1x-100gbe), YAML/JSON "
-        'file or inline JSON ({"nicsPerNode": 8, "nicBandwidthBytesPerS": "400 Gbit/s"}); '
-        "default: the GPU's usual server",
+        'file or inline JSON ({"nicsPerNode": 8, "nicBandwidthBytesPerS": "400 Gbit/s"}) '
+        "(default: the GPU's usual server)",
     )
     g.add_argument(
         "--inter-node-link",
+        metavar="NAME|FILE",
         help="legacy: a per-GPU rail preset or file, one NIC per GPU (prefer --network)",
     )
     g.add_argument(
-        "--power-cap-watts", type=float, help="GPU power limit (default: the board's TDP)"
+        "--power-cap-watts",
+        type=float_arg(0, 100_000, low_open=True),
+        metavar="W",
+        help="GPU power limit, within the board's (default: the board's TDP)",
     )
-    g.add_argument("--coefficients", help="coefficients JSON (default: datasheet priors)")
+    g.add_argument(
+        "--coefficients", metavar="FILE", help="coefficients JSON (default: datasheet priors)"
+    )
     t = p.add_argument_group("training")
-    t.add_argument("--seq-len", type=int, default=4096, help="tokens per sequence (default 4096)")
-    t.add_argument("--micro-batch", type=int, default=1, help="sequences per GPU per micro-step")
+    t.add_argument(
+        "--seq-len",
+        type=int_arg(*seq),
+        default=4096,
+        metavar="S",
+        help=f"tokens per sequence ({seq[0]}–{seq[1]:,})",
+    )
+    t.add_argument(
+        "--micro-batch",
+        type=int_arg(1, MAX_MICRO_BATCH),
+        default=1,
+        metavar="B",
+        help=f"sequences per GPU per micro-step (1–{MAX_MICRO_BATCH:,})",
+    )
     add_training_flags(t)
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
 
 
-def _positive(args: argparse.Namespace, *names: str) -> None:
-    for name in names:
-        value = getattr(args, name)
-        if value is not None and value < 1:
-            raise SpecError("--" + name.replace("_", "-"), f"must be ≥ 1 (got {value})")
+MAX_MICRO_BATCH = 1_048_576
+"""Largest ``--micro-batch`` (the step's tokens must also stay within the training spec's
+global batch limit)."""
 
 
-def build_cost_model(args: argparse.Namespace, global_batch_tokens: int | None = None) -> CostModel:
+def build_cost_model(args: argparse.Namespace) -> CostModel:
     """The CostModel the arguments describe; the island must fit inside the pool."""
-    _positive(args, "nodes", "gpus_per_node", "seq_len", "micro_batch")
     if not args.model:
-        raise SpecError("--model", "is required")
+        raise SpecError("--model", "is required (a preset such as llama-3.1-8b, or a file)")
     model = model_from_arg(args.model)
     coefficients = CoefficientsDocument.read(args.coefficients) if args.coefficients else None
     if args.pool:
-        pool = validate(PoolSpec, read_document(args.pool), args.pool)
+        pool = validate(PoolSpec, read_document(args.pool), source=args.pool)
     else:
         if args.gpu:
             gpu = gpu_from_arg(args.gpu)
@@ -156,10 +217,10 @@ def build_cost_model(args: argparse.Namespace, global_batch_tokens: int | None =
             raise SpecError("--gpu", "is required unless --pool or --coefficients gives the device")
         if args.network and args.inter_node_link:
             raise SpecError("--network", "give either --network or --inter-node-link, not both")
-        pool = _validate_as_flags(
+        pool = validate(
             PoolSpec,
             {
-                "name": "cli",
+                "name": "command-line",
                 "gpu": gpu,
                 "nodes": args.nodes,
                 "gpus_per_node": args.gpus_per_node,
@@ -181,8 +242,15 @@ def build_cost_model(args: argparse.Namespace, global_batch_tokens: int | None =
             "--gpus-per-node", f"{args.gpus_per_node} exceeds the pool's {pool.gpus_per_node}"
         )
     ranks = args.nodes * args.gpus_per_node
-    batch = global_batch_tokens or args.seq_len * args.micro_batch * ranks
-    training = _validate_as_flags(
+    batch = args.seq_len * args.micro_batch * ranks
+    _, most = field_bounds(TrainingSpec, "global_batch_tokens")
+    if batch > most:
+        raise SpecError(
+            "--micro-batch",
+            f"--seq-len {args.seq_len} × --micro-batch {args.micro_batch} × {ranks} GPUs = "
+            f"{batch:,} tokens per micro-step; at most {most:,}",
+        )
+    training = validate(
         TrainingSpec,
         {
             "seq_len_tokens": args.seq_len,
@@ -195,6 +263,21 @@ def build_cost_model(args: argparse.Namespace, global_batch_tokens: int | None =
     return CostModel(model, training, pool, coefficients)
 
 
+def json_ready(value: Any) -> Any:
+    """``value`` with every non-finite float (an unbounded search bound, an undefined ratio)
+    as ``None``: the output is strict JSON (no NaN or Infinity)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: json_ready(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_ready(v) for v in value]
+    return value
+
+
 def emit_json(payload: dict[str, Any]) -> None:
-    json.dump(payload, sys.stdout, indent=2, sort_keys=False, default=str)
+    """Strict JSON on stdout (non-finite numbers become null)."""
+    json.dump(
+        json_ready(payload), sys.stdout, indent=2, sort_keys=False, default=str, allow_nan=False
+    )
     sys.stdout.write("\n")

@@ -13,6 +13,13 @@ from typing import Any, TextIO
 
 from tqdm import tqdm
 
+from shardmeter.cli.args import (
+    HelpFormatter,
+    check_output_folder,
+    float_arg,
+    int_arg,
+    writing,
+)
 from shardmeter.cli.common import emit_json
 from shardmeter.cost.coefficients import CoefficientsDocument
 from shardmeter.errors import SpecError
@@ -28,10 +35,27 @@ from shardmeter.plan.search import search
 
 PROGRESS_AFTER_S = 2.0
 """Searches shorter than this show no progress."""
+MAX_TIME_LIMIT_S = 7 * 86_400.0
+"""Longest ``--time-limit`` (a week)."""
+OUTPUT_FILES = ("frontier.png", "top20.png", "timeline.png", "trace.json")
+"""What ``plan`` writes into ``--out``."""
+
+EXAMPLES = """examples:
+  shardmeter plan examples/case-study.yaml                      # pictures in out/case-study/
+  shardmeter plan examples/case-study.yaml --json --no-files --time-limit 30
+  shardmeter plan examples/trainingplan.yaml --pool-file examples/gpupool-cluster-a.yaml \\
+                  --pool-file examples/gpupool-cluster-b.yaml --out /tmp/plan
+"""
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("plan", help="find the best deployment for a plan file", description=__doc__)
+    p = sub.add_parser(
+        "plan",
+        help="find the best deployment for a plan file",
+        description=__doc__,
+        epilog=EXAMPLES,
+        formatter_class=HelpFormatter,
+    )
     p.add_argument("file", help="plan YAML/JSON (or a TrainingPlan manifest)")
     p.add_argument(
         "--pool-file",
@@ -40,15 +64,27 @@ def add_parser(sub: Any) -> None:
         metavar="FILE",
         help="GPUPool manifest(s) a TrainingPlan manifest's pools refer to (repeatable)",
     )
-    p.add_argument("--out", help="folder for pictures and the trace (default out/<file name>)")
+    p.add_argument(
+        "--out",
+        metavar="DIR",
+        help="folder for " + ", ".join(OUTPUT_FILES) + ", checked before the search "
+        "(default: out/<file name>)",
+    )
     p.add_argument("--no-files", action="store_true", help="write no pictures or trace")
-    p.add_argument("--rows", type=int, default=10, help="frontier rows to print (default 10)")
+    p.add_argument(
+        "--rows",
+        type=int_arg(0, 100_000),
+        default=10,
+        metavar="N",
+        help="frontier rows to print (0–100,000)",
+    )
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
     p.add_argument(
         "--time-limit",
-        type=float,
+        type=float_arg(0, MAX_TIME_LIMIT_S, low_open=True, unit=" seconds"),
         metavar="S",
-        help="stop the search after S seconds with the best plan found and its proven gap",
+        help="stop the search after S seconds (> 0, ≤ a week) with the best plan found and its "
+        "proven gap (default: search to the end)",
     )
     p.add_argument(
         "--progress",
@@ -57,7 +93,7 @@ def add_parser(sub: Any) -> None:
         help="search progress on stderr for searches over 2 s: a bar on a terminal, JSON "
         "lines otherwise (auto, the default)",
     )
-    p.set_defaults(run=run)
+    p.set_defaults(run=run, flags={})
 
 
 def load_coefficients(spec: PlanSpec, base: Path) -> dict[str, CoefficientsDocument | None]:
@@ -138,8 +174,8 @@ def plan_file(
     pool_files: list[str] | None = None,
     time_limit_s: float | None = None,
 ) -> PlanResult:
-    if time_limit_s is not None and not time_limit_s > 0:
-        raise SpecError("--time-limit", f"must be > 0 seconds (got {time_limit_s:g})")
+    if time_limit_s is not None and not 0 < time_limit_s <= MAX_TIME_LIMIT_S:
+        raise SpecError("--time-limit", f"must be > 0 and ≤ {MAX_TIME_LIMIT_S:g} seconds")
     spec, base = load_plan(path, pool_files or [])
     docs = load_coefficients(spec, base)
     mode = progress
@@ -207,11 +243,15 @@ def write_files(result: PlanResult, folder: Path) -> dict[str, str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    result = plan_file(args.file, args.progress, args.pool_file, args.time_limit)
-    files: dict[str, str] = {}
+    folder = None
     if not args.no_files:
         folder = Path(args.out) if args.out else Path("out") / Path(args.file).stem
-        files = write_files(result, folder)
+        check_output_folder(folder, "--out", OUTPUT_FILES)
+    result = plan_file(args.file, args.progress, args.pool_file, args.time_limit)
+    files: dict[str, str] = {}
+    if folder is not None:
+        target = folder
+        files = writing("--out", folder, lambda: write_files(result, target))
     if args.json:
         emit_json(result_dict(result, top_by_throughput(result, 20), files))
     else:

@@ -6,12 +6,19 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from shardmeter.cli.common import add_model_pool_args, build_cost_model, emit_json
+from shardmeter.cli.args import HelpFormatter, int_arg
+from shardmeter.cli.common import MODEL_POOL_FLAGS, add_model_pool_args, build_cost_model, emit_json
 from shardmeter.cost.model import CostModel
 from shardmeter.cost.stragglers import straggler_factor
-from shardmeter.errors import SpecError
 from shardmeter.output import format as fmt
+from shardmeter.sim.fsdp import MAX_ACCUMULATION
 from shardmeter.sim.scenario import IslandShape, IslandStepModel
+
+EXAMPLES = """examples:
+  shardmeter predict --model llama-3.1-8b --gpu h200 --seq-len 8192 --micro-batch 1
+  shardmeter predict --model llama-3.1-70b --gpu h100 --nodes 8 --network 8x-ndr \\
+                     --activation-checkpointing selective-op --torch-compile --accumulation 2 --json
+"""
 
 
 def add_parser(sub: Any) -> None:
@@ -19,12 +26,18 @@ def add_parser(sub: Any) -> None:
         "predict",
         help="per-unit times, collectives, memory and MFU of one island",
         description=__doc__,
+        epilog=EXAMPLES,
+        formatter_class=HelpFormatter,
     )
     add_model_pool_args(p)
     p.add_argument(
-        "--accumulation", type=int, default=1, help="micro-steps per optimizer step (default 1)"
+        "--accumulation",
+        type=int_arg(1, MAX_ACCUMULATION),
+        default=1,
+        metavar="A",
+        help=f"micro-steps per optimizer step (1–{MAX_ACCUMULATION:,})",
     )
-    p.set_defaults(run=run)
+    p.set_defaults(run=run, flags=MODEL_POOL_FLAGS)
 
 
 def prediction(
@@ -202,8 +215,6 @@ def render(p: dict[str, Any]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     cm = build_cost_model(args)
-    if args.accumulation < 1:
-        raise SpecError("--accumulation", f"must be ≥ 1 (got {args.accumulation})")
     result = prediction(cm, args.nodes, args.gpus_per_node, args.micro_batch, args.accumulation)
     if args.json:
         emit_json(result)

@@ -5,30 +5,63 @@ explicit durations file (what-if analysis)."""
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
-from shardmeter.cli.common import add_model_pool_args, build_cost_model, emit_json
+from shardmeter.cli.args import (
+    HelpFormatter,
+    check_output_file,
+    int_arg,
+    int_or_auto_arg,
+    writing,
+)
+from shardmeter.cli.common import MODEL_POOL_FLAGS, add_model_pool_args, build_cost_model, emit_json
 from shardmeter.errors import SpecError
 from shardmeter.output import format as fmt
 from shardmeter.output.sim_plots import SweepPoint, plot_batch_sweep, plot_timeline
 from shardmeter.output.trace import write_trace
-from shardmeter.sim.diloco import DiLoCoResult, IslandSteps, StreamingSettings, simulate_diloco
-from shardmeter.sim.fsdp import DEFAULT_MAX_INFLIGHT, FSDPDurations, StepResult, simulate_fsdp_step
+from shardmeter.sim.diloco import (
+    DEFAULT_ROUNDS,
+    MAX_ROUNDS,
+    MAX_SIMULATED_INNER_STEPS,
+    DiLoCoResult,
+    simulate_diloco,
+)
+from shardmeter.sim.fsdp import (
+    DEFAULT_MAX_INFLIGHT,
+    MAX_ACCUMULATION,
+    MAX_SIMULATED_UNIT_STEPS,
+    MAX_UNITS,
+    StepResult,
+    simulate_fsdp_step,
+)
 from shardmeter.sim.outer import IslandPlacement, OuterLink, fabric_link, outer_link, wan_link
 from shardmeter.sim.scenario import DiLoCoIsland, IslandShape, IslandStepModel, simulate_islands
 from shardmeter.sim.settings import SettingsChoice
+from shardmeter.sim.whatif import WhatIfDocument
 from shardmeter.spec.hardware import LinkKind
 from shardmeter.spec.loading import link_from_arg, read_document, validate
-from shardmeter.spec.training import StrategySpec
+from shardmeter.spec.training import MAX_FRAGMENTS, MAX_ISLANDS, MAX_SYNC_EVERY, StrategySpec
 
+EXAMPLES = """examples:
+  shardmeter simulate --model llama-3.2-1b --gpu a100 --seq-len 4096 --accumulation 4
+  shardmeter simulate --model llama-3.2-1b --gpu a100 --seq-len 4096 --strategy streaming-diloco \\
+                      --islands 4 --outer-link wan-10g-30ms --png t.png --trace t.json
+  shardmeter simulate --durations what-if.yaml --rounds 5 --json
+"""
 
-def _int_or_auto(value: str) -> int | str:
-    if value == "auto":
-        return value
-    try:
-        return int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an integer or 'auto' (got {value!r})") from None
+STRATEGY_FLAGS: dict[str, str] = {
+    "strategy": "--strategy",
+    "strategy.sync_every": "--sync-every",
+    "strategy.syncEvery": "--sync-every",
+    "strategy.fragments": "--fragments",
+    "strategy.fragment_sync_delay": "--fragment-sync-delay",
+    "strategy.fragmentSyncDelay": "--fragment-sync-delay",
+    "strategy.maxSyncEvery": "--sync-every",
+    "rounds": "--rounds",
+    "islands": "--islands",
+}
+"""Errors about the strategy's fields name the flags that set them."""
 
 
 def add_parser(sub: Any) -> None:
@@ -36,60 +69,152 @@ def add_parser(sub: Any) -> None:
         "simulate",
         help="simulate an FSDP step and the (Streaming) DiLoCo outer level",
         description=__doc__,
+        epilog=EXAMPLES,
+        formatter_class=HelpFormatter,
     )
     add_model_pool_args(p)
     s = p.add_argument_group("step and strategy")
     s.add_argument(
-        "--accumulation", type=int, default=1, help="gradient accumulation micro-steps A"
+        "--accumulation",
+        type=int_arg(1, MAX_ACCUMULATION),
+        default=1,
+        metavar="A",
+        help=f"gradient accumulation micro-steps A (1–{MAX_ACCUMULATION:,}; steps over "
+        f"{MAX_SIMULATED_UNIT_STEPS:,} unit-micro-steps are carried on from the first ones)",
     )
     s.add_argument(
         "--max-inflight",
-        type=int,
+        type=int_arg(1, MAX_UNITS),
         default=DEFAULT_MAX_INFLIGHT,
-        help=f"gathered units resident at once (default {DEFAULT_MAX_INFLIGHT})",
+        metavar="K",
+        help=f"gathered units resident at once (1–{MAX_UNITS:,})",
     )
-    s.add_argument("--strategy", choices=["fsdp", "diloco", "streaming-diloco"], default="fsdp")
-    s.add_argument("--islands", type=int, default=1, help="identical islands (DiLoCo strategies)")
+    s.add_argument(
+        "--strategy",
+        choices=["fsdp", "diloco", "streaming-diloco"],
+        default="fsdp",
+        help="one island (fsdp), or DiLoCo / Streaming DiLoCo across --islands",
+    )
+    s.add_argument(
+        "--islands",
+        type=int_arg(1, MAX_ISLANDS),
+        default=1,
+        metavar="N",
+        help=f"identical islands, for the DiLoCo strategies (1–{MAX_ISLANDS})",
+    )
     s.add_argument(
         "--outer-link",
+        metavar="NAME|FILE",
         help="link between islands: a WAN preset/file means different sites "
         "(default: the pool's inter-node fabric)",
     )
-    s.add_argument("--sync-every", type=_int_or_auto, default="auto", help="H, or auto")
     s.add_argument(
-        "--fragments", type=_int_or_auto, default="auto", help="Streaming DiLoCo fragments, or auto"
+        "--sync-every",
+        type=int_or_auto_arg(1, MAX_SYNC_EVERY),
+        default="auto",
+        metavar="H|auto",
+        help=f"inner steps per outer step H (1–{MAX_SYNC_EVERY:,}), or auto",
     )
     s.add_argument(
-        "--fragment-sync-delay", type=_int_or_auto, default="auto", help="τ in inner steps, or auto"
+        "--fragments",
+        type=int_or_auto_arg(1, MAX_FRAGMENTS),
+        default="auto",
+        metavar="F|auto",
+        help="Streaming DiLoCo fragments F (1 to the model's blocks), or auto",
     )
-    s.add_argument("--fragment-layout", choices=["contiguous", "strided"], default="contiguous")
-    s.add_argument("--outer-precision", choices=["bf16", "fp32"], default="fp32")
     s.add_argument(
-        "--rounds", type=int, default=3, help="outer steps simulated (the last is measured)"
+        "--fragment-sync-delay",
+        type=int_or_auto_arg(0, MAX_SYNC_EVERY - 1),
+        default="auto",
+        metavar="τ|auto",
+        help="τ in inner steps (< H / F), or auto",
     )
     s.add_argument(
-        "--durations", help="explicit task durations (YAML/JSON) instead of the cost model"
+        "--fragment-layout",
+        choices=["contiguous", "strided"],
+        default="contiguous",
+        help="blocks of a fragment: consecutive, or every F-th",
     )
-    o = p.add_argument_group("outputs")
-    o.add_argument("--trace", help="write a Chrome/Perfetto trace JSON here")
-    o.add_argument("--png", help="write a timeline PNG here")
-    o.add_argument("--sweep-png", help="write a micro-batch sweep PNG here (cost-model mode)")
-    p.set_defaults(run=run)
+    s.add_argument(
+        "--outer-precision",
+        choices=["bf16", "fp32"],
+        default="fp32",
+        help="precision of the pseudo-gradient all_reduce",
+    )
+    s.add_argument(
+        "--rounds",
+        type=int_arg(1, MAX_ROUNDS),
+        default=DEFAULT_ROUNDS,
+        metavar="R",
+        help=f"outer steps simulated, the last one measured (1–{MAX_ROUNDS}; islands × rounds "
+        f"× H ≤ {MAX_SIMULATED_INNER_STEPS:,})",
+    )
+    s.add_argument(
+        "--durations",
+        metavar="FILE",
+        help="explicit task durations (YAML/JSON, see shardmeter.sim.whatif) instead of the "
+        "cost model",
+    )
+    o = p.add_argument_group("outputs (checked before anything is simulated)")
+    o.add_argument("--trace", metavar="FILE.json", help="write a Chrome/Perfetto trace JSON here")
+    o.add_argument("--png", metavar="FILE.png", help="write a timeline PNG here")
+    o.add_argument(
+        "--sweep-png",
+        metavar="FILE.png",
+        help="write a micro-batch sweep PNG here (cost-model mode)",
+    )
+    p.set_defaults(run=run, flags={**MODEL_POOL_FLAGS, **STRATEGY_FLAGS})
+
+
+_STRATEGY_RULE_FLAGS = (
+    ("fragmentSyncDelay", "--fragment-sync-delay"),
+    ("fragments", "--fragments"),
+    ("syncEvery", "--sync-every"),
+    ("outerPrecision", "--outer-precision"),
+)
 
 
 def _strategy(args: argparse.Namespace) -> StrategySpec:
-    return validate(
-        StrategySpec,
-        {
-            "kind": args.strategy,
-            "sync_every": args.sync_every,
-            "fragments": args.fragments,
-            "fragment_sync_delay": args.fragment_sync_delay,
-            "fragment_layout": args.fragment_layout,
-            "outer_precision": args.outer_precision,
-        },
-        "strategy",
-    )
+    try:
+        return validate(
+            StrategySpec,
+            {
+                "kind": args.strategy,
+                "sync_every": args.sync_every,
+                "fragments": args.fragments,
+                "fragment_sync_delay": args.fragment_sync_delay,
+                "fragment_layout": args.fragment_layout,
+                "outer_precision": args.outer_precision,
+            },
+            "strategy",
+        )
+    except SpecError as exc:
+        if exc.field != "strategy":
+            raise
+        # a torchft rule between the values: name the flag the message starts with
+        message = exc.message.replace(
+            "use kind: streaming-diloco", "use --strategy streaming-diloco"
+        )
+        flag = next(
+            (f for name, f in _STRATEGY_RULE_FLAGS if message.startswith(name)), "--strategy"
+        )
+        raise SpecError(flag, message) from exc
+
+
+def _check_outputs(args: argparse.Namespace) -> None:
+    """Every output path is writable before anything is simulated."""
+    for flag, path, suffix in (
+        ("--trace", args.trace, ".json"),
+        ("--png", args.png, ".png"),
+        ("--sweep-png", args.sweep_png, ".png"),
+    ):
+        if path is None:
+            continue
+        if Path(path).suffix.lower() != suffix:
+            raise SpecError(flag, f"must name a {suffix} file (got {path!r})")
+        check_output_file(path, flag)
+    if args.sweep_png and args.durations:
+        raise SpecError("--sweep-png", "sweeps the cost model's micro-batch; not with --durations")
 
 
 def _step_dict(r: StepResult, tokens: int | None, mfu: float | None) -> dict[str, Any]:
@@ -166,15 +291,9 @@ def _render(p: dict[str, Any]) -> str:
 
 
 def _from_durations(args: argparse.Namespace) -> dict[str, Any]:
-    raw = read_document(args.durations)
-    if not isinstance(raw, dict):
-        raise SpecError(args.durations, "must be a mapping with 'units'")
-    durations = FSDPDurations.from_mapping(raw, args.durations)
-    accumulation = raw.get("accumulation", args.accumulation)
-    if not isinstance(accumulation, int) or accumulation < 1:
-        raise SpecError(
-            f"{args.durations}.accumulation", f"must be an integer ≥ 1 (got {accumulation!r})"
-        )
+    doc = validate(WhatIfDocument, read_document(args.durations), source=args.durations)
+    durations = doc.fsdp_durations()
+    accumulation = doc.accumulation or args.accumulation
     step = simulate_fsdp_step(durations, accumulation, args.max_inflight)
     payload: dict[str, Any] = {
         "title": f"what-if from {args.durations}: {len(durations.unit_names)} units, "
@@ -185,56 +304,33 @@ def _from_durations(args: argparse.Namespace) -> dict[str, Any]:
         "_schedule": step.schedule,
         "_inner": step,
     }
-    dil = raw.get("diloco")
-    if dil is not None:
-        payload.update(_durations_diloco(dil, step.step_s, f"{args.durations}.diloco", args.rounds))
+    if doc.diloco is not None:
+        dil = doc.diloco
+        try:
+            res = simulate_diloco(
+                dil.island_steps(step.step_s),
+                dil.settings,
+                dil.fragment_all_reduce_s(),
+                args.rounds,
+            )
+        except SpecError as exc:
+            if exc.field == "rounds":  # the work bound: islands × rounds × syncEvery
+                raise SpecError("--rounds", exc.message) from exc
+            raise SpecError(f"diloco.{exc.field}", exc.message, args.durations) from exc
+        payload.update(
+            {
+                "diloco": _diloco_dict(res, None, "given durations"),
+                "_diloco": res,
+                "strategy": "streaming-diloco"
+                if dil.fragments > 1 or dil.fragment_sync_delay
+                else "diloco",
+                "islands": len(res.island_idle_s_per_outer_step),
+            }
+        )
     return payload
 
 
-def _durations_diloco(dil: Any, step_s: float, where: str, rounds: int) -> dict[str, Any]:
-    if not isinstance(dil, dict):
-        raise SpecError(where, "must be a mapping")
-    try:
-        settings = StreamingSettings(
-            int(dil.get("sync_every", 0)),
-            int(dil.get("fragments", 1)),
-            int(dil.get("fragment_sync_delay", 0)),
-        )
-    except (TypeError, ValueError) as exc:
-        raise SpecError(
-            where, "sync_every, fragments and fragment_sync_delay must be integers"
-        ) from exc
-    islands_raw = dil.get("islands", 2)
-    islands = (
-        [IslandSteps(f"island{i}", step_s, (0.0,) * settings.fragments) for i in range(islands_raw)]
-        if isinstance(islands_raw, int)
-        else [
-            IslandSteps(
-                str(x.get("name", f"island{i}")),
-                float(x.get("step_s", step_s)),
-                (float(x.get("outer_step_s", 0.0)),) * settings.fragments,
-            )
-            for i, x in enumerate(islands_raw)
-        ]
-    )
-    ar = dil.get("all_reduce_s", 0.0)
-    ars = (
-        [float(ar)] * settings.fragments if isinstance(ar, int | float) else [float(x) for x in ar]
-    )
-    res = simulate_diloco(islands, settings, ars, rounds)
-    return {
-        "diloco": _diloco_dict(res, None, "given durations"),
-        "_diloco": res,
-        "strategy": "streaming-diloco" if settings.fragments > 1 or settings.delay else "diloco",
-        "islands": len(islands),
-    }
-
-
 def _from_cost_model(args: argparse.Namespace) -> dict[str, Any]:
-    if args.accumulation < 1:
-        raise SpecError("--accumulation", f"must be ≥ 1 (got {args.accumulation})")
-    if args.islands < 1:
-        raise SpecError("--islands", f"must be ≥ 1 (got {args.islands})")
     strategy = _strategy(args)
     cm = build_cost_model(args)
     shape = IslandShape(args.nodes, args.gpus_per_node)
@@ -279,18 +375,27 @@ def _from_cost_model(args: argparse.Namespace) -> dict[str, Any]:
                 )
             )
             b *= 2
-        payload["sweep_png"] = str(plot_batch_sweep(points, args.sweep_png, payload["title"]))
+        sweep = writing(
+            "--sweep-png",
+            args.sweep_png,
+            lambda: plot_batch_sweep(points, args.sweep_png, payload["title"]),
+        )
+        payload["sweep_png"] = str(sweep)
     return payload
 
 
 def run(args: argparse.Namespace) -> int:
+    _check_outputs(args)
     payload = _from_durations(args) if args.durations else _from_cost_model(args)
     schedule = payload.pop("_schedule")
     inner = payload.pop("_inner")
     diloco: DiLoCoResult | None = payload.pop("_diloco", None)
     shown = diloco.schedule if diloco is not None else schedule
     if args.trace:
-        payload["trace"] = str(write_trace(shown, args.trace, "shardmeter simulate"))
+        trace = writing(
+            "--trace", args.trace, lambda: write_trace(shown, args.trace, "shardmeter simulate")
+        )
+        payload["trace"] = str(trace)
     if args.png:
         window, inner_map = None, None
         if diloco is not None:
@@ -298,10 +403,15 @@ def run(args: argparse.Namespace) -> int:
             step_s, period = inner.step_s, diloco.period_s
             span = min(period, max(6, 2 * diloco.settings.window) * step_s * 1.05)
             begin = diloco.schedule.makespan_s - period
-            window = (begin, begin + span)
-            if span / step_s <= 16:  # few enough steps to draw each one's FSDP detail
+            window = (begin, begin + span) if span > 0 else None
+            if step_s > 0 and span / step_s <= 16:  # few steps: draw each one's FSDP detail
                 inner_map = dict.fromkeys(range(int(payload["islands"])), inner.schedule)
-        payload["png"] = str(plot_timeline(shown, args.png, payload["title"], window, inner_map))
+        png = writing(
+            "--png",
+            args.png,
+            lambda: plot_timeline(shown, args.png, payload["title"], window, inner_map),
+        )
+        payload["png"] = str(png)
     if args.json:
         emit_json(payload)
     else:

@@ -30,7 +30,7 @@ from shardmeter.cost.priors import compute_priors, link_prior
 from shardmeter.cost.regression import RelativeNNLSRegressor, RingCollectiveRegressor
 from shardmeter.spec.hardware import GPUSpec, LinkSpec
 from shardmeter.spec.model import TransformerSpec
-from shardmeter.spec.training import Precision, TrainingSpec
+from shardmeter.spec.training import ActivationCheckpointing, Precision, TrainingSpec
 
 MIN_SAMPLES_PER_TARGET = 3
 
@@ -175,7 +175,9 @@ def calibrate_memory(
             seq_len_tokens=s.seq_len,
             global_batch_tokens=s.seq_len,
             precision=precision,
-            activation_checkpointing=s.activation_checkpointing,
+            activation_checkpointing=ActivationCheckpointing.FULL
+            if s.activation_checkpointing
+            else ActivationCheckpointing.NONE,
         )
         tokens = s.micro_batch * s.seq_len
         act = tokens * activation_bytes_per_token(spec, training, unit)

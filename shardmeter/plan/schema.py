@@ -5,23 +5,21 @@ schema is the spec of the ``TrainingPlan`` custom resource (which adds ``launch`
 from __future__ import annotations
 
 from collections.abc import Sequence
-from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import Field, model_validator
 from pydantic.alias_generators import to_camel
 
 from shardmeter.errors import SpecError
-from shardmeter.spec.base import SpecModel
+from shardmeter.spec.base import SpecEnum, SpecModel
 from shardmeter.spec.hardware import PoolHardware, PoolSpec
-from shardmeter.spec.loading import read_document, validate
+from shardmeter.spec.loading import parse_text, read_document, read_text, validate
 from shardmeter.spec.model import ModelRef
-from shardmeter.spec.training import StrategySpec, TrainingSpec
+from shardmeter.spec.training import MAX_ISLANDS, StrategySpec, TrainingSpec
 
 
-class ObjectiveKind(StrEnum):
+class ObjectiveKind(SpecEnum):
     MIN_TIME = "min-time"
     """Fastest plan."""
     MIN_COST = "min-cost"
@@ -34,7 +32,7 @@ class ObjectiveKind(StrEnum):
     """Cheapest plan finishing within ``timeBudgetHours``."""
 
 
-class Runtime(StrEnum):
+class Runtime(SpecEnum):
     """What the training runtime can express decides how the global batch may be split."""
 
     TORCHTITAN_FT = "torchtitan-ft"
@@ -92,12 +90,14 @@ class ConstraintsSpec(SpecModel):
         }
     }
 
-    max_islands: int = Field(default=10, ge=1, le=64)
+    max_islands: int = Field(default=10, ge=1, le=MAX_ISLANDS)
     """Most islands in a plan (the paper uses ≤ 10 for training stability)."""
-    max_gpus: int | None = Field(default=None, ge=1)
+    max_gpus: int | None = Field(default=None, ge=1, le=16_777_216)
     """Most GPUs in a plan."""
-    max_gpus_per_island: int | None = Field(default=None, ge=1)
-    min_gpus_per_island: int = Field(default=1, ge=1)
+    max_gpus_per_island: int | None = Field(default=None, ge=1, le=65_536)
+    """Most GPUs in one island (a pool has at most 4,096 nodes of 16 GPUs)."""
+    min_gpus_per_island: int = Field(default=1, ge=1, le=65_536)
+    """Fewest GPUs in one island."""
     allowed_pools: list[str] | None = Field(default=None, max_length=64)
     """Pools the plan may use (default: all)."""
     global_batch_tolerance: float = Field(default=0.05, ge=0, le=1)
@@ -118,7 +118,7 @@ class PlanPool(PoolSpec):
 
     coefficients: str | None = Field(default=None, max_length=1024)
     """Path to a coefficients JSON (relative to the plan file); default: datasheet priors."""
-    max_nodes: int | None = Field(default=None, ge=0)
+    max_nodes: int | None = Field(default=None, ge=0, le=4096)
     """Use at most this many of the pool's nodes (default: all)."""
 
 
@@ -159,6 +159,11 @@ class PlanSpec(PlanRequest):
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise ValueError(f"pool names must be unique; repeated: {', '.join(dupes)}")
+        if self.constraints.allowed_pools == []:
+            raise ValueError(
+                "constraints.allowedPools is empty, so no pool may be used; name at least one "
+                f"of {', '.join(names)} or leave allowedPools out (all pools)"
+            )
         for name in self.constraints.allowed_pools or []:
             if name not in names:
                 raise ValueError(
@@ -171,25 +176,28 @@ class PlanSpec(PlanRequest):
         return [p for p in self.pools if allowed is None or p.name in allowed]
 
 
+_LAUNCH_ONLY = ("launch", "relaunch", "template", "faultTolerance", "fault_tolerance")
+"""TrainingPlan fields that say how to launch, not what to plan (ignored offline)."""
+
+
 def _documents(path: str | Path) -> list[Any]:
+    """The documents of a YAML stream (or the one of a JSON file)."""
     p = Path(path)
     if p.suffix.lower() == ".json":
         return [read_document(p)]
-    try:
-        docs = [d for d in yaml.safe_load_all(p.read_text()) if d is not None]
-    except OSError as exc:
-        raise SpecError(str(path), f"cannot read file ({exc.strerror})") from exc
-    except yaml.YAMLError:
-        return [read_document(p)]  # re-read for a one-line error with the position
-    return docs
+    docs = parse_text(read_text(p), str(path), all_documents=True)
+    return [d for d in docs if d is not None]
 
 
 def _pool_from_manifest(doc: dict[str, Any], where: str) -> dict[str, Any]:
     """A GPUPool manifest's hardware as a plan-file pool (placement and benchmark dropped)."""
-    name = (doc.get("metadata") or {}).get("name")
-    if not name:
-        raise SpecError(f"{where}.metadata.name", "a GPUPool manifest needs a name")
+    metadata = doc.get("metadata")
+    name = metadata.get("name") if isinstance(metadata, dict) else None
+    if not isinstance(name, str) or not name:
+        raise SpecError("metadata.name", "a GPUPool manifest needs a name", where)
     spec = doc.get("spec") or {}
+    if not isinstance(spec, dict):
+        raise SpecError("spec", "must be a mapping of fields", where)
     hardware = {to_camel(f) for f in PoolHardware.model_fields} | set(PoolHardware.model_fields)
     return {"name": name, **{k: v for k, v in spec.items() if k in hardware}}
 
@@ -215,13 +223,15 @@ def load_plan(path: str | Path, pool_files: Sequence[str | Path] = ()) -> tuple[
             plans.append(d)
     if len(plans) != 1 or not isinstance(plans[0], dict):
         raise SpecError(
-            str(path), "must hold one plan (model, training, pools, …) or one TrainingPlan"
+            "", "must hold one plan (model, training, pools, …) or one TrainingPlan", str(path)
         )
     raw = dict(plans[0])
+    prefix = ""
     for key in ("apiVersion", "kind", "metadata"):  # a TrainingPlan manifest is accepted too
         raw.pop(key, None)
     if "spec" in raw and isinstance(raw["spec"], dict):
-        raw = {k: v for k, v in raw["spec"].items() if k not in ("launch", "template")}
+        prefix = "spec"  # errors name the manifest's keys: spec.training.seqLenTokens
+        raw = {k: v for k, v in raw["spec"].items() if k not in _LAUNCH_ONLY}
     pools = raw.get("pools")
     if isinstance(pools, list):
         resolved = []
@@ -229,14 +239,15 @@ def load_plan(path: str | Path, pool_files: Sequence[str | Path] = ()) -> tuple[
             if (
                 isinstance(ref, dict)
                 and set(ref) <= {"name", "maxNodes", "max_nodes"}
-                and "name" in ref
+                and isinstance(ref.get("name"), str)
             ):
                 if ref["name"] not in gpupools:
                     known = ", ".join(sorted(gpupools)) or "none given"
                     raise SpecError(
-                        f"{path}.pools[{i}].name",
+                        ".".join(filter(None, (prefix, f"pools[{i}].name"))),
                         f"GPUPool {ref['name']!r} not found (GPUPool manifests: {known}); "
                         "pass its manifest with --pool-file",
+                        str(path),
                     )
                 resolved.append(
                     {**gpupools[ref["name"]], **{k: v for k, v in ref.items() if k != "name"}}
@@ -244,4 +255,4 @@ def load_plan(path: str | Path, pool_files: Sequence[str | Path] = ()) -> tuple[
             else:
                 resolved.append(ref)
         raw["pools"] = resolved
-    return validate(PlanSpec, raw, str(path)), Path(path).resolve().parent
+    return validate(PlanSpec, raw, prefix, str(path)), Path(path).resolve().parent

@@ -29,6 +29,12 @@ from shardmeter.spec.model import TransformerSpec
 
 DEFAULT_ROUNDS = 3
 """Outer rounds simulated; the last one is measured (the first settles island drift)."""
+MAX_ROUNDS = 100
+"""Most outer rounds a simulation may run."""
+MAX_SIMULATED_INNER_STEPS = 2_000_000
+"""Most inner steps (islands × rounds × syncEvery) one DiLoCo simulation may hold: about
+10 s and 0.9 GB on a 2-core machine. Three rounds of 64 islands at the largest syncEvery
+(10,000) fit."""
 
 
 @dataclass(frozen=True)
@@ -128,6 +134,15 @@ def build_diloco_graph(
     (index c = 0…rounds·H; −1 before any task)."""
     if not islands:
         raise SpecError("islands", "at least one island is needed")
+    if not 1 <= rounds <= MAX_ROUNDS:
+        raise SpecError("rounds", f"must be between 1 and {MAX_ROUNDS} (got {rounds})")
+    inner_steps = len(islands) * rounds * settings.sync_every
+    if inner_steps > MAX_SIMULATED_INNER_STEPS:
+        raise SpecError(
+            "rounds",
+            f"{len(islands)} island(s) × {rounds} round(s) × syncEvery {settings.sync_every} = "
+            f"{inner_steps:,} inner steps to simulate; at most {MAX_SIMULATED_INNER_STEPS:,}",
+        )
     if len(all_reduce_s) != settings.fragments:
         raise SpecError(
             "fragments",

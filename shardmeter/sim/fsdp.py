@@ -34,10 +34,8 @@ FSDP2's implicit one-unit-ahead prefetch on its all-gather stream.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
-from typing import Any
 
 from shardmeter.cost.model import CostModel
 from shardmeter.cost.stragglers import straggler_factor
@@ -46,6 +44,15 @@ from shardmeter.sim.engine import Category, Kind, Schedule, TaskGraph, simulate
 from shardmeter.spec.training import GradientSync
 
 DEFAULT_MAX_INFLIGHT = 2
+
+MAX_UNITS = 2048
+"""Most FSDP units a step may have (a model has at most 1,024 blocks, plus its root)."""
+MAX_ACCUMULATION = 65_536
+"""Most micro-steps an optimizer step may have."""
+MAX_SIMULATED_UNIT_STEPS = 100_000
+"""Most unit × micro-step pairs one simulated step may hold (≈ 500,000 tasks: about 10 s
+and 400 MB on a 2-core machine). Larger steps are predicted from three micro-steps
+(`shardmeter.sim.scenario.IslandStepModel.step_s`, exact after the first micro-step)."""
 
 INTERFERENCE_PER_OVERLAPPED_SECOND = 0.61
 """Compute time lost per second that communication overlaps it. Lee et al., *Characterizing
@@ -161,75 +168,6 @@ class FSDPDurations:
             ),
         )
 
-    @classmethod
-    def from_mapping(cls, data: Mapping[str, Any], where: str = "durations") -> FSDPDurations:
-        """Explicit durations (what-if analysis). ``units`` is a list of
-        ``{name, forward_s, backward_s, all_gather_s, reduce_scatter_s, repeat,
-        reshard_after_forward}`` (``repeat`` expands e.g. 32 identical blocks), plus
-        ``optimizer_s`` and ``overlap_slowdown``."""
-        units = data.get("units")
-        if not isinstance(units, Sequence) or isinstance(units, str) or not units:
-            raise SpecError(f"{where}.units", "must be a non-empty list of units")
-        names: list[str] = []
-        reshard: list[bool] = []
-        cols: dict[str, list[float]] = {
-            k: [] for k in ("forward_s", "backward_s", "all_gather_s", "reduce_scatter_s")
-        }
-        for idx, unit in enumerate(units):
-            loc = f"{where}.units[{idx}]"
-            if not isinstance(unit, Mapping):
-                raise SpecError(loc, "must be a mapping")
-            unknown = set(unit) - {"name", "repeat", "reshard_after_forward", *cols}
-            if unknown:
-                raise SpecError(
-                    f"{loc}.{sorted(unknown)[0]}",
-                    "unknown field; allowed: name, repeat, reshard_after_forward, "
-                    + ", ".join(cols),
-                )
-            repeat = unit.get("repeat", 1)
-            if not isinstance(repeat, int) or isinstance(repeat, bool) or repeat < 1:
-                raise SpecError(f"{loc}.repeat", f"must be an integer ≥ 1 (got {repeat!r})")
-            keep = unit.get("reshard_after_forward", True)
-            if not isinstance(keep, bool):
-                raise SpecError(
-                    f"{loc}.reshard_after_forward", f"must be true or false (got {keep!r})"
-                )
-            values = {}
-            for key in cols:
-                value = unit.get(key, 0.0)
-                if (
-                    not isinstance(value, int | float)
-                    or isinstance(value, bool)
-                    or not value >= 0
-                    or value == float("inf")
-                ):
-                    raise SpecError(f"{loc}.{key}", f"must be a finite number ≥ 0 (got {value!r})")
-                values[key] = float(value)
-            base = str(unit.get("name", f"unit{idx}"))
-            for r in range(repeat):
-                names.append(base if repeat == 1 else f"{base}{r}")
-                reshard.append(keep)
-                for key, value in values.items():
-                    cols[key].append(value)
-        opt = data.get("optimizer_s", 0.0)
-        if not isinstance(opt, int | float) or isinstance(opt, bool) or not 0 <= opt < float("inf"):
-            raise SpecError(f"{where}.optimizer_s", f"must be a finite number ≥ 0 (got {opt!r})")
-        slow = data.get("overlap_slowdown", 0.0)
-        if not isinstance(slow, int | float) or isinstance(slow, bool) or not 0 <= slow <= 1:
-            raise SpecError(
-                f"{where}.overlap_slowdown", f"must be a number in [0, 1] (got {slow!r})"
-            )
-        return cls(
-            tuple(names),
-            tuple(cols["forward_s"]),
-            tuple(cols["backward_s"]),
-            tuple(cols["all_gather_s"]),
-            tuple(cols["reduce_scatter_s"]),
-            float(opt),
-            tuple(reshard) if not all(reshard) else (),
-            float(slow),
-        )
-
 
 def build_fsdp_step(
     d: FSDPDurations,
@@ -242,6 +180,14 @@ def build_fsdp_step(
         raise SpecError("accumulation", f"must be ≥ 1 (got {accumulation})")
     if max_inflight < 1:
         raise SpecError("max_inflight", f"must be ≥ 1 (got {max_inflight})")
+    pairs = accumulation * len(d.unit_names)
+    if pairs > MAX_SIMULATED_UNIT_STEPS:
+        raise SpecError(
+            "accumulation",
+            f"{accumulation:,} micro-steps × {len(d.unit_names):,} FSDP units = {pairs:,} to "
+            f"simulate; at most {MAX_SIMULATED_UNIT_STEPS:,} (accumulation ≤ "
+            f"{max(1, MAX_SIMULATED_UNIT_STEPS // len(d.unit_names)):,} for this model)",
+        )
     every = gradient_sync is not GradientSync.LAST_MICRO_BATCH
     g = TaskGraph()
     compute, comm = g.add_stream("compute"), g.add_stream("comm")
@@ -343,6 +289,9 @@ class StepResult:
     """Seconds during which compute and communication ran at the same time."""
     interference_s: float = 0.0
     """Compute time lost to sharing the GPU with overlapped communication."""
+    micro_steps_simulated: int = 0
+    """Micro-steps ``schedule`` holds when fewer than the step's (a step too large to
+    simulate whole, its figures carried on from these); 0 = all of them."""
 
     @property
     def verdict(self) -> str:
@@ -422,8 +371,43 @@ def simulate_fsdp_step(
     max_inflight: int = DEFAULT_MAX_INFLIGHT,
     gradient_sync: GradientSync = GradientSync.EVERY_MICRO_BATCH,
 ) -> StepResult:
-    graph = build_fsdp_step(d, accumulation, max_inflight, gradient_sync)
-    return analyse(simulate(graph), d.overlap_slowdown)
+    """Simulate one step of ``accumulation`` micro-steps. A step larger than
+    `MAX_SIMULATED_UNIT_STEPS` is simulated for its first k and k + 1 micro-steps (the
+    largest k within the bound) and every figure is carried on linearly to ``accumulation``
+    — exact once the one-micro-step transient is over (see
+    `shardmeter.sim.scenario.IslandStepModel`); ``schedule`` then holds k + 1 micro-steps
+    and ``micro_steps_simulated`` says so."""
+    if not 1 <= accumulation <= MAX_ACCUMULATION:
+        raise SpecError("accumulation", f"must be between 1 and {MAX_ACCUMULATION:,}")
+    units = len(d.unit_names)
+    if accumulation * units <= MAX_SIMULATED_UNIT_STEPS or accumulation <= 3:
+        graph = build_fsdp_step(d, accumulation, max_inflight, gradient_sync)
+        return analyse(simulate(graph), d.overlap_slowdown)
+    k = max(2, MAX_SIMULATED_UNIT_STEPS // units - 1)
+    a, b = (
+        analyse(simulate(build_fsdp_step(d, n, max_inflight, gradient_sync)), d.overlap_slowdown)
+        for n in (k, k + 1)
+    )
+    extra = accumulation - (k + 1)
+
+    def carry(x: float, y: float) -> float:
+        return y + extra * (y - x)
+
+    return StepResult(
+        schedule=b.schedule,
+        step_s=carry(a.step_s, b.step_s),
+        compute_busy_s=carry(a.compute_busy_s, b.compute_busy_s),
+        comm_busy_s=carry(a.comm_busy_s, b.comm_busy_s),
+        compute_idle_s={
+            c: carry(a.compute_idle_s.get(c, 0.0), v) for c, v in b.compute_idle_s.items()
+        },
+        critical_path_s={
+            c: carry(a.critical_path_s.get(c, 0.0), v) for c, v in b.critical_path_s.items()
+        },
+        overlap_s=carry(a.overlap_s, b.overlap_s),
+        interference_s=carry(a.interference_s, b.interference_s),
+        micro_steps_simulated=k + 1,
+    )
 
 
 @lru_cache(maxsize=32768)

@@ -32,6 +32,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from shardmeter.errors import SpecError
+
 SYNC_EVERY_CANDIDATES: tuple[int, ...] = (10, 20, 50, 100, 200, 500, 1000)
 """``sync_every: auto`` picks from these (capped by ``max_sync_every``, which is itself a
 candidate): round numbers used by DiLoCo (H = 500) and Streaming DiLoCo (H = 100) and their
@@ -85,6 +87,50 @@ class SettingsChoice:
     reason: str
     recommended: SettingsChoice | None = None
     """When fixed values block: what the unconstrained search picks."""
+
+
+def _no_legal_settings(
+    sync_every: int, max_fragments: int, fragments: int | None, delay: int | None
+) -> SpecError:
+    """Why no (F, τ) is legal at this H, naming the fixed value at fault."""
+    if fragments is not None and fragments > max_fragments:
+        return SpecError(
+            "strategy.fragments",
+            f"{fragments} > the model's {max_fragments} blocks (a fragment holds at least one)",
+        )
+    if fragments is not None and sync_every % fragments:
+        return SpecError(
+            "strategy.fragments",
+            f"{fragments} does not divide syncEvery {sync_every} (torchft rule); use a divisor "
+            f"of {sync_every} or auto",
+        )
+    window = sync_every // (fragments or 1)
+    return SpecError(
+        "strategy.fragmentSyncDelay",
+        f"{delay} must be < syncEvery / fragments = {window} (torchft rule); lower it or use auto",
+    )
+
+
+def _no_candidate(
+    candidates: Sequence[int], max_fragments: int, fragments: int | None, delay: int | None
+) -> SpecError:
+    """Why no candidate H of ``syncEvery: auto`` fits the fixed fragments and delay."""
+    listed = ", ".join(str(h) for h in candidates)
+    if fragments is not None and fragments > max_fragments:
+        return _no_legal_settings(candidates[-1], max_fragments, fragments, delay)
+    if fragments is not None and all(h % fragments for h in candidates):
+        return SpecError(
+            "strategy.fragments",
+            f"{fragments} divides none of the syncEvery values auto may pick ({listed}; "
+            f"maxSyncEvery {candidates[-1]}); set syncEvery to a multiple of {fragments}, or "
+            "fragments auto",
+        )
+    f = fragments or 1
+    return SpecError(
+        "strategy.fragmentSyncDelay",
+        f"{delay} needs syncEvery > {delay} × {f} fragment(s), but auto picks at most "
+        f"{candidates[-1]} (maxSyncEvery); set syncEvery, or a shorter delay",
+    )
 
 
 def _options(
@@ -178,10 +224,7 @@ def search_settings(
     zero-blocking ``sync_every`` is looked for."""
     options = _options(sync_every, step_s, all_reduce, max_fragments, fragments, delay, max_delay)
     if not options:
-        raise ValueError(
-            f"no legal settings for syncEvery {sync_every} with fragments={fragments}, "
-            f"fragmentSyncDelay={delay}"
-        )
+        raise _no_legal_settings(sync_every, max_fragments, fragments, delay)
     for blocking, f, tau in options:
         if blocking <= ZERO_BLOCKING_EPS_S:
             return SettingsChoice(
@@ -287,7 +330,7 @@ def choose_sync_every(
             if best is None or key[:4] < best[:4]:
                 best = key
     if best is None:
-        raise ValueError("no candidate syncEvery is compatible with the fixed fragments/delay")
+        raise _no_candidate(hs, max_fragments, fragments, delay)
     _, h, f, tau, blocking = best
     return _blocking_choice(
         h,

@@ -4,17 +4,28 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
-from typing import Annotated, Any
+from collections.abc import Callable, Mapping
+from enum import StrEnum
+from typing import Annotated, Any, cast
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, GetCoreSchemaHandler
 from pydantic.alias_generators import to_camel
+from pydantic_core import CoreSchema, core_schema
+
+from shardmeter.errors import SPEC_ROOTS
 
 
 class SpecModel(BaseModel):
-    """Frozen, strict-about-extras base: unknown keys are errors, and both ``snake_case``
-    (Python) and ``camelCase`` (Kubernetes custom resources, plan files) names are accepted.
-    Serialisation uses camelCase so documents round-trip into custom resources."""
+    """Frozen and strict base of every spec (plan files, CLI flags, GPUPool and TrainingPlan
+    custom resources — the operator validates with the same models):
+
+    * unknown keys are errors; both ``snake_case`` (Python) and ``camelCase`` (Kubernetes
+      custom resources, plan files) names are accepted, and serialisation uses camelCase so
+      documents round-trip into custom resources;
+    * **strict types**: a number field takes numbers only — ``true`` is not 1, ``"10"`` is
+      not 10, ``4.7`` is not an integer (nothing is truncated); a string field takes strings;
+    * **finite numbers**: ``.inf`` and ``.nan`` are rejected everywhere;
+    * enum fields (`SpecEnum`) still take their names as strings."""
 
     model_config = ConfigDict(
         extra="forbid",
@@ -24,7 +35,25 @@ class SpecModel(BaseModel):
         validate_by_alias=True,
         serialize_by_alias=True,
         use_attribute_docstrings=True,
+        strict=True,
+        allow_inf_nan=False,
     )
+
+
+SPEC_ROOTS.append(SpecModel)  # its subclasses' errors name fields as the user wrote them
+
+
+class SpecEnum(StrEnum):
+    """Base of the specs' enums: validated from their string values even though `SpecModel`
+    is strict (pydantic's strict mode would otherwise demand enum instances from Python
+    input, i.e. from every YAML file)."""
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
+        schema = handler(source)
+        if schema["type"] == "enum":
+            cast(core_schema.EnumSchema, schema)["strict"] = False
+        return schema
 
 
 _NUMBER = r"([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)"
@@ -66,8 +95,14 @@ _BYTES_UNITS = {
 
 
 def _parse(
-    value: Any, units: Mapping[str, float], what: str, case_sensitive_bits: bool = False
+    value: Any,
+    units: Mapping[str, float],
+    what: str,
+    case_sensitive_bits: bool = False,
+    integral: bool = False,
 ) -> Any:
+    """A number with an optional unit → the number in base units (an ``int`` when
+    ``integral`` and whole: byte counts); anything but a string passes through."""
     if not isinstance(value, str):
         return value
     text = value.strip().replace(" ", "")
@@ -76,7 +111,7 @@ def _parse(
         raise ValueError(f"cannot read {value!r} as {what}")
     number, unit = float(match.group(1)), match.group(2)
     if not unit:
-        return number
+        return int(number) if integral and number.is_integer() else number
     key = unit.lower()
     if case_sensitive_bits:
         # "Gb/s" means gigabits, "GB/s" gigabytes: the case of the b decides.
@@ -88,7 +123,10 @@ def _parse(
         raise ValueError(
             f"unknown unit {unit!r} in {value!r} for {what}; use one of {sorted(units)}"
         )
-    return number * units[key]
+    scaled = number * units[key]
+    return (
+        round(scaled) if integral and abs(scaled - round(scaled)) <= 1e-6 * abs(scaled) else scaled
+    )
 
 
 def parse_bandwidth(value: Any) -> Any:
@@ -103,25 +141,59 @@ def parse_seconds(value: Any) -> Any:
 
 def parse_bytes(value: Any) -> Any:
     """``"80 GiB"``, ``"141GB"`` → bytes; numbers pass through."""
-    return _parse(value, _BYTES_UNITS, "a size in bytes")
+    return _parse(value, _BYTES_UNITS, "a size in bytes", integral=True)
 
 
-def _positive(value: float) -> float:
-    if math.isnan(value) or math.isinf(value):
-        raise ValueError("must be a finite number")
-    if not value > 0:
-        raise ValueError("must be greater than 0")
-    return value
+def _within(low: float, high: float, shown: str) -> Callable[[float], float]:
+    """An after-validator: a finite value in [low, high], else an error naming the range in
+    the unit the user reads (``shown`` formats a base-unit value)."""
+
+    def check(value: float) -> float:
+        if math.isnan(value) or math.isinf(value):
+            raise ValueError("must be a finite number")
+        if not low <= value <= high:
+            raise ValueError(
+                f"must be between {_show(low, shown)} and {_show(high, shown)} "
+                f"(got {_show(value, shown)})"
+            )
+        return value
+
+    return check
 
 
-def _non_negative(value: float) -> float:
-    if math.isnan(value) or math.isinf(value):
-        raise ValueError("must be a finite number")
-    if not value >= 0:
-        raise ValueError("must be 0 or greater")
-    return value
+def _show(value: float, unit: str) -> str:
+    if unit == "B/s":
+        for factor, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+            if value >= factor:
+                return f"{value / factor:g} {prefix}B/s"
+        return f"{value:g} B/s"
+    if unit == "B":
+        for factor, prefix in ((2**50, "PiB"), (2**40, "TiB"), (2**30, "GiB"), (2**20, "MiB")):
+            if value >= factor:
+                return f"{value / factor:g} {prefix}"
+        return f"{value:g} B"
+    return f"{value:g} {unit}"
 
 
-BytesPerSecond = Annotated[float, BeforeValidator(parse_bandwidth), AfterValidator(_positive)]
-Seconds = Annotated[float, BeforeValidator(parse_seconds), AfterValidator(_non_negative)]
-Bytes = Annotated[int, BeforeValidator(parse_bytes), AfterValidator(_positive)]
+MIN_BANDWIDTH_BYTES_PER_S = 1e3
+"""Slowest link or memory a spec may describe (1 kB/s): slower would make a step last for
+ever."""
+MAX_BANDWIDTH_BYTES_PER_S = 1e15
+"""Fastest (1 PB/s; NVLink 4 is 450 GB/s per direction, HBM3e 4.8 TB/s)."""
+MAX_LATENCY_S = 3600.0
+"""Longest one-hop latency a link may have (an hour; a WAN hop is ~0.01–0.1 s)."""
+MAX_BYTES = 2**50
+"""Largest memory a GPU may have (1 PiB; an H200 has 141 GB)."""
+
+BytesPerSecond = Annotated[
+    float,
+    BeforeValidator(parse_bandwidth),
+    AfterValidator(_within(MIN_BANDWIDTH_BYTES_PER_S, MAX_BANDWIDTH_BYTES_PER_S, "B/s")),
+]
+"""A bandwidth in bytes per second, between 1 kB/s and 1 PB/s; ``"400 Gbit/s"`` is read."""
+Seconds = Annotated[
+    float, BeforeValidator(parse_seconds), AfterValidator(_within(0.0, MAX_LATENCY_S, "s"))
+]
+"""A latency in seconds, between 0 and an hour; ``"30 ms"`` is read."""
+Bytes = Annotated[int, BeforeValidator(parse_bytes), AfterValidator(_within(1, MAX_BYTES, "B"))]
+"""A size in bytes, between 1 B and 1 PiB; ``"80 GiB"`` is read."""

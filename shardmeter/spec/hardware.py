@@ -12,16 +12,23 @@ A pool's fabric has two levels, as NCCL sees it:
 from __future__ import annotations
 
 import re
-from enum import StrEnum
 from typing import Annotated, Any
 
 from pydantic import BeforeValidator, Field, field_validator, model_validator
 
-from shardmeter.spec.base import Bytes, BytesPerSecond, Seconds, SpecModel
+from shardmeter.spec.base import Bytes, BytesPerSecond, Seconds, SpecEnum, SpecModel
 from shardmeter.spec.presets import resolve
 
+MIN_FLOP_PER_S = 1e9
+"""Slowest peak a GPU spec may state (1 GFLOP/s)."""
+MAX_FLOP_PER_S = 1e18
+"""Fastest (1 EFLOP/s; an H100 is 0.99 PFLOP/s dense BF16)."""
+MAX_PRICE_PER_GPU_HOUR_USD = 10_000.0
+"""Dearest GPU-hour a pool may charge (list prices are 1–10 USD): a bound that keeps every
+plan's cost finite."""
 
-class LinkKind(StrEnum):
+
+class LinkKind(SpecEnum):
     NVLINK = "nvlink"
     PCIE = "pcie"
     INFINIBAND = "infiniband"
@@ -113,39 +120,39 @@ class GPUSpec(SpecModel):
     """Display name, e.g. ``H200-141GB-SXM``."""
     memory_bytes: Bytes
     """Device memory (the total nvidia-smi reports)."""
-    peak_bf16_flop_per_s: float = Field(gt=0, allow_inf_nan=False)
+    peak_bf16_flop_per_s: float = Field(ge=MIN_FLOP_PER_S, le=MAX_FLOP_PER_S)
     """Peak dense BF16 tensor-core throughput."""
-    peak_fp32_flop_per_s: float = Field(gt=0, allow_inf_nan=False)
+    peak_fp32_flop_per_s: float = Field(ge=MIN_FLOP_PER_S, le=MAX_FLOP_PER_S)
     """Peak FP32 (non-tensor-core) throughput."""
-    peak_fp8_flop_per_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    peak_fp8_flop_per_s: float | None = Field(default=None, ge=MIN_FLOP_PER_S, le=MAX_FLOP_PER_S)
     """Peak dense FP8 tensor-core throughput; unset for GPUs whose float8 training is not
     supported here (``precision: fp8`` is then an error)."""
     hbm_bandwidth_bytes_per_s: BytesPerSecond
     """Device memory bandwidth."""
-    tdp_watts: float = Field(gt=0, allow_inf_nan=False)
+    tdp_watts: float = Field(ge=1, le=100_000)
     """Board power limit (the default power cap)."""
-    static_power_fraction: float = Field(default=0.15, gt=0, lt=1, allow_inf_nan=False)
+    static_power_fraction: float = Field(default=0.15, gt=0, lt=1)
     """Share of the board power that does not scale with the SM clock (leakage, HBM, I/O):
     the idle draw nvidia-smi reports for SXM A100/H100 boards (≈ 55–60 W of 400 W,
     ≈ 70–100 W of 700 W). Used by the power-cap model."""
-    matmul_efficiency: float = Field(default=0.75, gt=0, le=1, allow_inf_nan=False)
+    matmul_efficiency: float = Field(default=0.75, gt=0, le=1)
     """Fraction of peak BF16 a large GEMM sustains (Maximum Achievable Matmul FLOPS ÷ peak)."""
-    fp8_matmul_efficiency: float = Field(default=0.70, gt=0, le=1, allow_inf_nan=False)
+    fp8_matmul_efficiency: float = Field(default=0.70, gt=0, le=1)
     """Fraction of peak FP8 a large FP8 GEMM sustains."""
-    attention_efficiency: float = Field(default=0.32, gt=0, le=1, allow_inf_nan=False)
+    attention_efficiency: float = Field(default=0.32, gt=0, le=1)
     """Fraction of peak BF16 the flash-attention forward kernel reaches (causal, head dim
     128, counting the FLOPs it executes)."""
-    attention_backward_efficiency: float = Field(default=0.30, gt=0, le=1, allow_inf_nan=False)
+    attention_backward_efficiency: float = Field(default=0.30, gt=0, le=1)
     """The same for the flash-attention backward kernel."""
-    memory_efficiency: float = Field(default=0.85, gt=0, le=1, allow_inf_nan=False)
+    memory_efficiency: float = Field(default=0.85, gt=0, le=1)
     """Fraction of the HBM bandwidth element-wise kernels reach."""
-    matmul_efficiency_duty_cycle: float = Field(default=1.0, gt=0, le=1, allow_inf_nan=False)
+    matmul_efficiency_duty_cycle: float = Field(default=1.0, gt=0, le=1)
     """Share of wall time the tensor cores were busy in the benchmark loop that measured
     ``matmul_efficiency`` (1 = matmuls back to back, as in training). Bekman's MAMF finder
     clears a 256 MiB buffer and rewrites the output before every timed matmul, so its
     power-limited clock runs above the one training sustains; see
     `shardmeter.cost.power.sustained_clock_ratio`."""
-    fp8_matmul_efficiency_duty_cycle: float = Field(default=1.0, gt=0, le=1, allow_inf_nan=False)
+    fp8_matmul_efficiency_duty_cycle: float = Field(default=1.0, gt=0, le=1)
     """The same for ``fp8_matmul_efficiency``."""
     sm_count: int | None = Field(default=None, ge=1, le=4096)
     """Streaming multiprocessors: GEMM output tiles run in waves of one per SM (see
@@ -411,7 +418,7 @@ NetworkRef = Annotated[
     NetworkSpec, BeforeValidator(_resolve_network, json_schema_input_type=str | NetworkSpec)
 ]
 
-_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_NAME_RE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 
 
 class PoolHardware(SpecModel):
@@ -454,9 +461,9 @@ class PoolHardware(SpecModel):
     """Site (data centre). Islands at different sites talk over the sites' WAN uplinks."""
     wan_uplink: LinkRef | None = None
     """The site's WAN uplink, needed when a plan spans sites."""
-    price_per_gpu_hour_usd: float = Field(default=0.0, ge=0, allow_inf_nan=False)
-    """Price of one GPU for one hour."""
-    power_cap_watts: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    price_per_gpu_hour_usd: float = Field(default=0.0, ge=0, le=MAX_PRICE_PER_GPU_HOUR_USD)
+    """Price of one GPU for one hour (0 to 10,000 USD)."""
+    power_cap_watts: float | None = Field(default=None, gt=0)
     """GPU power limit set on the nodes (``nvidia-smi -pl``); unset = the board's TDP. Lower
     caps lower the sustained clock (see `shardmeter.cost.power`)."""
 
@@ -527,6 +534,6 @@ class PoolSpec(PoolHardware):
     @field_validator("name")
     @classmethod
     def _dns_label(cls, value: str) -> str:
-        if not _NAME_RE.match(value):
+        if not _NAME_RE.fullmatch(value):
             raise ValueError("must be a DNS-1123 label (lower-case letters, digits and '-')")
         return value

@@ -3,17 +3,16 @@ presets taken from the models' public Hugging Face configs."""
 
 from __future__ import annotations
 
-from enum import StrEnum
 from functools import cached_property
 from typing import Annotated, Any
 
 from pydantic import BeforeValidator, Field, model_validator
 
-from shardmeter.spec.base import SpecModel
+from shardmeter.spec.base import SpecEnum, SpecModel
 from shardmeter.spec.presets import resolve
 
 
-class MLPKind(StrEnum):
+class MLPKind(SpecEnum):
     """``gated``: SwiGLU/GeGLU, three matrices (gate, up, down) as in Llama, Gemma, Yi.
     ``plain``: two matrices with a GELU between them, as in Phi-1.5 and GPT-2."""
 
@@ -21,7 +20,7 @@ class MLPKind(StrEnum):
     PLAIN = "plain"
 
 
-class NormKind(StrEnum):
+class NormKind(SpecEnum):
     RMSNORM = "rmsnorm"
     LAYERNORM = "layernorm"
 

@@ -32,16 +32,17 @@ def resolve(value: Any, registry: Mapping[str, Any], what: str) -> Any:
     if isinstance(value, str):
         return lookup(registry, value, what)
     if isinstance(value, Mapping) and "preset" in value:
-        base = lookup(registry, str(value["preset"]), what)
+        if not isinstance(value["preset"], str):
+            raise ValueError(f"preset must be a {what} preset name (got {value['preset']!r})")
+        base = lookup(registry, value["preset"], what)
         overrides = {k: v for k, v in value.items() if k != "preset"}
-        dumped = base.model_dump(by_alias=False)
-        merged = {**dumped, **overrides}
-        # an override given in camelCase replaces the snake_case key of the preset
-        from pydantic.alias_generators import to_snake
-
-        for key in list(overrides):
-            snake = to_snake(key)
-            if snake != key and snake in merged:
-                merged[snake] = merged.pop(key)
-        return merged
+        merged = dict(base.model_dump(by_alias=False))
+        # an override replaces the preset's value under the key the user wrote (camelCase or
+        # snake_case), so that an error names the field as the user spelled it
+        fields = type(base).model_fields
+        for key in overrides:
+            for name, info in fields.items():
+                if key in (name, info.alias) and key != name:
+                    merged.pop(name, None)
+        return {**merged, **overrides}
     return value

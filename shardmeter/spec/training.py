@@ -4,15 +4,14 @@ their knobs)."""
 
 from __future__ import annotations
 
-from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Field, model_validator
+from pydantic import BeforeValidator, Field, ValidationInfo, field_validator, model_validator
 
-from shardmeter.spec.base import SpecModel
+from shardmeter.spec.base import SpecEnum, SpecModel
 
 
-class Precision(StrEnum):
+class Precision(SpecEnum):
     """``bf16``: BF16 compute with FP32 master weights; ``fp8``: the same with float8 matmuls
     (torchao ``Float8Linear``, dynamic tensorwise scaling; H100/H200 only; ``float8`` is
     accepted); ``fp32``: everything in FP32."""
@@ -41,7 +40,7 @@ class Precision(StrEnum):
         return Precision.BF16 if self is Precision.FP8 else self
 
 
-class ActivationCheckpointing(StrEnum):
+class ActivationCheckpointing(SpecEnum):
     """torchtitan's activation-checkpointing modes. ``none``: keep every activation;
     ``full``: keep each block's input and recompute the block in backward;
     ``selective-layer``: full checkpointing of every k-th block
@@ -73,7 +72,7 @@ ACMode = Annotated[
 ]
 
 
-class GradientSync(StrEnum):
+class GradientSync(SpecEnum):
     """When FSDP reduce-scatters gradients during gradient accumulation.
     ``every-micro-batch``: after every micro-batch (FSDP2's default, torchtitan, Composer);
     sharded gradients accumulate, no unsharded buffer. ``last-micro-batch``:
@@ -86,7 +85,7 @@ class GradientSync(StrEnum):
     AUTO = "auto"
 
 
-class Sharding(StrEnum):
+class Sharding(SpecEnum):
     """``fsdp``: shard parameters, gradients and optimizer state over the whole island.
     ``hsdp``: shard inside groups of ``shardGroupNodes`` nodes and replicate across the
     groups (all-reduce of the sharded gradients between replicas)."""
@@ -182,13 +181,22 @@ class TrainingSpec(SpecModel):
         return nodes * gpus_per_node
 
 
-class StrategyKind(StrEnum):
+class StrategyKind(SpecEnum):
     FSDP = "fsdp"
     DILOCO = "diloco"
     STREAMING_DILOCO = "streaming-diloco"
 
 
 Auto = Literal["auto"]
+
+MAX_SYNC_EVERY = 10_000
+"""Largest ``syncEvery`` H (inner steps per outer step) a strategy may set or allow: 20× the
+DiLoCo paper's H = 500, and the bound that keeps a simulation of three outer rounds of 64
+islands under two million inner steps (`shardmeter.sim.diloco.MAX_SIMULATED_INNER_STEPS`)."""
+MAX_ISLANDS = 64
+"""Most islands a plan or a simulation may have (DiLoCo trains with ≤ 10 for stability)."""
+MAX_FRAGMENTS = 1024
+"""Largest ``fragments`` P (a fragment holds at least one block; models have ≤ 1024)."""
 
 
 class StrategySpec(SpecModel):
@@ -205,6 +213,16 @@ class StrategySpec(SpecModel):
                     "message": "syncEvery must be a multiple of fragments (torchft rule)",
                 },
                 {
+                    "rule": "!has(self.syncEvery) || type(self.syncEvery) != int"
+                    f" || (self.syncEvery >= 1 && self.syncEvery <= {MAX_SYNC_EVERY})",
+                    "message": f"syncEvery must be between 1 and {MAX_SYNC_EVERY} or 'auto'",
+                },
+                {
+                    "rule": "!has(self.fragments) || type(self.fragments) != int"
+                    f" || (self.fragments >= 1 && self.fragments <= {MAX_FRAGMENTS})",
+                    "message": f"fragments must be between 1 and {MAX_FRAGMENTS} or 'auto'",
+                },
+                {
                     "rule": "!has(self.syncEvery) || !has(self.fragments) || !has(self.fragmentSyncDelay)"
                     " || type(self.syncEvery) != int || type(self.fragments) != int"
                     " || type(self.fragmentSyncDelay) != int"
@@ -218,9 +236,9 @@ class StrategySpec(SpecModel):
     kind: StrategyKind = StrategyKind.STREAMING_DILOCO
     """fsdp (one island), diloco (blocking outer step) or streaming-diloco."""
     sync_every: int | Auto = "auto"
-    """Inner steps per outer step H, or auto (smallest candidate with zero blocking)."""
+    """Inner steps per outer step H (1–10,000), or auto (smallest one with zero blocking)."""
     fragments: int | Auto = "auto"
-    """Streaming DiLoCo fragments P, or auto (fewest with zero blocking)."""
+    """Streaming DiLoCo fragments P (1 to the model's blocks), or auto (fewest, no blocking)."""
     fragment_sync_delay: int | Auto = "auto"
     """Steps τ between starting a fragment's all_reduce and needing it, or auto."""
     fragment_layout: Literal["contiguous", "strided"] = "contiguous"
@@ -230,7 +248,7 @@ class StrategySpec(SpecModel):
     bf16 allowed)."""
     outer_state_on_gpu: bool = False
     """Keep DiLoCo's outer parameter copy and momentum on the GPU (torchft keeps them on CPU)."""
-    max_sync_every: int = Field(default=500, ge=1, le=100_000)
+    max_sync_every: int = Field(default=500, ge=1, le=MAX_SYNC_EVERY)
     """Convergence guard-rail: the largest syncEvery H that auto may choose (a value set
     explicitly is used as given). Default 500, the DiLoCo paper's setting (Douillard et al.
     2023, arXiv:2311.08105), whose quality drops as H grows. When blocking cannot be hidden
@@ -241,17 +259,23 @@ class StrategySpec(SpecModel):
     arXiv:2501.18512) overlaps each fragment's communication with only a few inner steps
     (τ ≤ 5 in its experiments)."""
 
+    @field_validator("sync_every", "fragments", "fragment_sync_delay")
+    @classmethod
+    def _bounded(cls, value: int | str, info: ValidationInfo) -> int | str:
+        low, high = {
+            "sync_every": (1, MAX_SYNC_EVERY),
+            "fragments": (1, MAX_FRAGMENTS),
+            "fragment_sync_delay": (0, MAX_SYNC_EVERY - 1),
+        }[str(info.field_name)]
+        if isinstance(value, int) and not low <= value <= high:
+            raise ValueError(f"must be between {low} and {high:,} or 'auto' (got {value})")
+        return value
+
     @model_validator(mode="after")
     def _torchft_rules(self) -> StrategySpec:
         if self.outer_precision is Precision.FP8:
             raise ValueError("outerPrecision must be bf16 or fp32 (fp8 is a matmul precision)")
-        for field in ("sync_every", "fragments"):
-            value = getattr(self, field)
-            if isinstance(value, int) and value < 1:
-                raise ValueError(f"{_camel(field)} must be ≥ 1 or 'auto' (got {value})")
         delay = self.fragment_sync_delay
-        if isinstance(delay, int) and delay < 0:
-            raise ValueError(f"fragmentSyncDelay must be ≥ 0 or 'auto' (got {delay})")
         if self.kind is StrategyKind.DILOCO:
             if isinstance(self.fragments, int) and self.fragments != 1:
                 raise ValueError(
@@ -278,8 +302,3 @@ class StrategySpec(SpecModel):
     @property
     def is_diloco(self) -> bool:
         return self.kind is not StrategyKind.FSDP
-
-
-def _camel(name: str) -> str:
-    head, *rest = name.split("_")
-    return head + "".join(w.title() for w in rest)
