@@ -59,6 +59,9 @@ def _bench(*args: str, env: dict[str, str] | None = None, timeout: float = 120):
         (["all", "--pool", "Pool A"], "--pool: 'Pool A' is not a DNS-1123 label"),
         (["compute", "--coefficients", "c.json"], "only validate reads a coefficients file"),
         (["validate", "--coefficients", "/nonexistent.json"], "no such file"),
+        (["compute", "--max-memory-gib", "0.5"], "--max-memory-gib: must be ≥ 1 (got 0.5)"),
+        (["compute", "--max-memory-gib", "nan"], "--max-memory-gib: must be ≥ 1 (got nan)"),
+        (["all", "--device", "cuda", "--max-memory-gib", "8"], "--max-memory-gib: bounds a CPU"),
     ],
 )
 def test_bad_arguments_exit_2_with_one_line(

@@ -1,6 +1,7 @@
 """``validate``: the Hugging Face models are the architectures the specs describe, the
-predictions are the cost model's, FSDP2 runs on 2 Gloo ranks, and the report has the
-paper's table shape."""
+unseen suite covers MHA/GQA/MQA and is never in the catalog, its measurements are spread
+over the catalog, the predictions are the cost model's, FSDP2 runs on 2 Gloo ranks, and the
+report has the paper's table shape plus the unseen points with their median and maximum."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 
 from shardmeter.cost.coefficients import CommSample, LinkRole
 from shardmeter.cost.priors import prior_coefficients
@@ -16,11 +19,18 @@ from shardmeter.cost.regression import ring_seconds
 from shardmeter.spec.hardware import LINK_PRESETS, GPUSpec
 from shardmeter.spec.model import MODEL_PRESETS
 from shardmeter.spec.training import Precision
+from shardmeter_bench.catalog import FULL_CPU, architecture_key, generate_catalog
 from shardmeter_bench.comm import CommPlan
 from shardmeter_bench.distributed import spawn
 from shardmeter_bench.fsdp_step import DistributedValidation, distributed_validation_phase
 from shardmeter_bench.hf_models import build_hf_model, hf_family
 from shardmeter_bench.report import build_report, render_markdown, write_report
+from shardmeter_bench.unseen import (
+    SMALL_UNSEEN_SPECS,
+    UNSEEN,
+    interleave_schedule,
+    unseen_cases,
+)
 from shardmeter_bench.validate import (
     TINY_SPECS,
     FsdpCase,
@@ -29,9 +39,11 @@ from shardmeter_bench.validate import (
     cost_model,
     fsdp_cases,
     measure_forward_backward,
+    merge_passes,
     predict_forward_backward,
     predict_step,
     validation_cases,
+    within_budget,
 )
 
 CPU = GPUSpec(
@@ -61,9 +73,12 @@ def test_presets_map_to_their_hugging_face_families() -> None:
     assert {families[k] for k in ("smollm-360m", "llama-3.2-1b", "yi-1.5-6b")} == {"llama"}
 
 
-@pytest.mark.parametrize("key", sorted(TINY_SPECS))
+SMALL_SPECS = {**TINY_SPECS, **{s.name: s for s, _ in SMALL_UNSEEN_SPECS}}
+
+
+@pytest.mark.parametrize("key", sorted(SMALL_SPECS))
 def test_hugging_face_model_is_the_architecture_the_spec_describes(key: str) -> None:
-    spec = TINY_SPECS[key]
+    spec = SMALL_SPECS[key]
     model = build_hf_model(spec, 3, torch.device("cpu"))
     assert (
         sum(p.numel() for p in model.parameters())
@@ -85,6 +100,69 @@ def test_full_validation_uses_the_papers_models_at_full_width() -> None:
     ]
     assert all(2 <= c.layers <= 4 and c.spec == MODEL_PRESETS[c.key] for c in cases)
     assert all(c.layers < c.spec.num_layers for c in fsdp_cases("full", "cpu"))
+
+
+def test_unseen_suite_is_eight_llama_architectures_the_catalog_never_draws() -> None:
+    cases = unseen_cases("full")
+    assert len(cases) == 8 and all(c.suite == UNSEEN for c in cases)
+    assert all(hf_family(c.spec) == "llama" for c in cases)
+    widths = [c.spec.hidden_size for c in cases]
+    assert min(widths) == 448 and max(widths) == 2048
+    kinds = {
+        "mha" if c.spec.kv_heads == c.spec.num_attention_heads else
+        "mqa" if c.spec.kv_heads == 1 else "gqa"
+        for c in cases
+    }  # fmt: skip
+    assert kinds == {"mha", "gqa", "mqa"}
+    # the default CPU budget measures every one of them
+    kept, left_out = within_budget(cases, FULL_CPU.max_process_bytes, 4)
+    assert kept == cases and not left_out
+    catalog = generate_catalog(
+        FULL_CPU, 200, seed=0, exclude=[c.spec for c in cases + validation_cases("full", "cpu")]
+    )
+    drawn = {architecture_key(s.spec) for s in catalog}
+    assert not drawn & {architecture_key(c.spec) for c in cases}
+
+
+def test_models_over_the_memory_budget_are_left_out_with_a_note() -> None:
+    cases = validation_cases("full", "cpu")
+    kept, notes = within_budget(cases, 5 * 2**30, 4)
+    assert {c.key for c in kept} == {"smollm-360m", "phi-1.5"}
+    assert len(notes) == 3 and all("--max-memory-gib" in n for n in notes)
+    assert any(n.startswith("gemma-2b not measured: needs ~") for n in notes)
+    assert within_budget(cases, None, 4) == (cases, [])
+
+
+@given(shapes=st.integers(0, 40), cases=st.integers(0, 12))
+def test_interleaving_spreads_every_case_over_the_catalog_once(shapes: int, cases: int) -> None:
+    schedule = interleave_schedule(shapes, cases)
+    order = [j for k in sorted(schedule) for j in schedule[k]]
+    assert order == list(range(cases))  # each once, in order
+    if shapes == 0 or cases == 0:
+        return
+    assert all(0 <= k < shapes for k in schedule)
+    assert max(schedule) == shapes - 1  # the last case after the last shape
+    after = [k for k in sorted(schedule) for _ in schedule[k]]
+    gaps = [b - a for a, b in zip([-1, *after], after, strict=False)]
+    if cases <= shapes:
+        assert max(gaps) - min(gaps) <= 1  # evenly spread
+    else:
+        per_shape = [len(schedule.get(k, [])) for k in range(shapes)]
+        assert max(per_shape) - min(per_shape) <= 1  # as many after every shape
+
+
+def test_passes_pool_their_timed_iterations() -> None:
+    first = [
+        {"key": "a", "micro_batch": 1, "seq_len": 8, "fwd": 2.0, "bwd": 4.0,
+         "fwd_all": [1.0, 2.0, 3.0], "bwd_all": [4.0, 4.0, 4.0]},
+        {"key": "b", "micro_batch": 1, "seq_len": 8, "fwd": 1.0, "bwd": 1.0,
+         "fwd_all": [1.0], "bwd_all": [1.0]},
+    ]  # fmt: skip
+    second = [{**first[0], "fwd_all": [10.0, 11.0, 12.0], "bwd_all": [5.0, 5.0, 5.0]}]
+    merged = merge_passes(first + second)
+    assert [(m["key"], m["passes"]) for m in merged] == [("a", 2), ("b", 1)]
+    assert merged[0]["fwd"] == 6.5 and merged[0]["bwd"] == 4.5  # medians of all six
+    assert merged[0]["fwd_all"] == [1.0, 2.0, 3.0, 10.0, 11.0, 12.0]
 
 
 def test_predictions_are_the_cost_models_unit_sums() -> None:
@@ -122,7 +200,7 @@ def test_distributed_validation_on_two_gloo_ranks() -> None:
 
 
 def test_report_has_the_papers_table_shape(tmp_path: Path) -> None:
-    cases = validation_cases("small", "cpu")
+    cases = validation_cases("small", "cpu") + unseen_cases("small")
     rows = [
         {"key": c.key, "micro_batch": b, "seq_len": s, "fwd": 0.010, "bwd": 0.020}
         for c in cases
@@ -151,6 +229,32 @@ def test_report_has_the_papers_table_shape(tmp_path: Path) -> None:
     assert "| Model | Size | Layers built | Fwd | Bwd | Step |" in md
     assert "| tiny-llama | 0M | 2 |" in md and "| 10.0 |" in md and "test box" in md
     assert "| all_reduce | 2 | 20.0 |" in md
+    # the unseen points: one per (model, size), errors checked against a direct computation
+    unseen = report["unseen"]
+    assert len(unseen["points"]) == sum(len(c.sizes) for c in unseen_cases("small"))
+    assert [m["key"] for m in report["models"]] == list(TINY_SPECS)  # not in the paper table
+    fwd = sorted(
+        abs(p["fwd_predicted_s"] - 0.010) / 0.010
+        for r in results
+        if r.suite == UNSEEN
+        for p in r.points
+    )
+    bwd = sorted(
+        abs(p["bwd_predicted_s"] - 0.020) / 0.020
+        for r in results
+        if r.suite == UNSEEN
+        for p in r.points
+    )
+    assert unseen["fwd_max"] == pytest.approx(fwd[-1]) and unseen["bwd_max"] == pytest.approx(
+        bwd[-1]
+    )
+    assert unseen["fwd_median"] == pytest.approx((fwd[2] + fwd[3]) / 2)
+    assert unseen["meets_goal"] == (
+        max(fwd[-1], bwd[-1]) <= 0.2
+        and (fwd[2] + fwd[3]) / 2 <= 0.1
+        and (bwd[2] + bwd[3]) / 2 <= 0.1
+    )
+    assert "| unseen, 6 points | median | max |" in md and "tiny-h160-gqa" in md
     js, mdfile = write_report(report, tmp_path / "r")
     assert js.exists() and mdfile.read_text().startswith("Prediction error")
     assert isinstance(results[0], ModelResult)

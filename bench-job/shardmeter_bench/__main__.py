@@ -8,8 +8,9 @@ import sys
 from shardmeter_bench.cli import main
 
 if __name__ == "__main__":
-    code = main()
-    if "torch.distributed" in sys.modules and int(os.environ.get("WORLD_SIZE", "1") or 1) > 1:
+    launched = int(os.environ.get("WORLD_SIZE", "1") or 1) > 1
+    code = main(exits_after=launched)
+    if "torch.distributed" in sys.modules and launched:
         # A torchrun rank: its process group is gone; skip finalisation (see exit_now).
         from shardmeter_bench.distributed import exit_now
 

@@ -121,8 +121,10 @@ class Head(nn.Module):
 
 
 class UnitModel(nn.Module):
-    """Embedding → ``blocks`` blocks → head. ``freeze_embedding`` exists to demonstrate (and
-    test) the block-0 pitfall; `forward` guards against it either way."""
+    """Embedding → ``blocks`` blocks → head; the LM head shares the embedding's matrix when
+    the spec ties them (autograd then sums the two gradients inside the embedding's backward,
+    as in a Hugging Face model with ``tie_word_embeddings``). ``freeze_embedding`` exists to
+    demonstrate (and test) the block-0 pitfall; `forward` guards against it either way."""
 
     def __init__(self, spec: TransformerSpec, blocks: int, freeze_embedding: bool = False) -> None:
         super().__init__()
@@ -132,6 +134,8 @@ class UnitModel(nn.Module):
         self.embedding.weight.requires_grad_(not freeze_embedding)
         self.blocks = nn.ModuleList(Block(spec, rotary) for _ in range(blocks))
         self.head = Head(spec)
+        if spec.tie_embeddings:
+            self.head.lm_head.weight = self.embedding.weight
         self.guard_block0 = True
 
     def forward(self, ids: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

@@ -1,28 +1,39 @@
 """The seeded catalog of transformer shapes to profile (paper §III-A, Table I).
 
-``full`` draws inside the paper's Table I ranges: attention heads 16–32, hidden size
-960–4096, layers 16–32, intermediate size 2560–24576, key/value heads 4–8 and 1–16 GPUs.
-``small`` is a CPU range for tests and quick runs. The same ``seed`` always gives the same
-shapes; ``configs`` caps how many (the paper uses at most 200).
+``full`` on a GPU draws inside the paper's Table I ranges (attention heads 16–32, hidden size
+960–4096, layers 16–32, intermediate size 2560–24576, 1–16 GPUs), with one departure: the
+key/value heads cover what real models use — multi-head (kv = heads: GPT-2, Pythia, Llama-2
+7B), grouped-query (kv = heads/2 … heads/8: Llama 3, Qwen, SmolLM) and multi-query (kv = 1:
+Gemma-2B, Falcon) — not only Table I's 4–8, because a fit that never saw kv = heads
+over-predicted multi-head models by ~15 %. Head widths are the ones real models use (64, 80,
+96, 128, 256). ``full`` on a CPU draws the same kinds of shapes at the widths a CPU can
+profile (hidden 256–2560), under a memory budget. A quarter of the shapes tie the LM head
+to the embedding, as many small models do. ``small`` is a CPU range for tests and
+quick runs. The same ``seed`` always gives the same shapes; ``configs`` caps how many (the
+paper uses at most 200); ``exclude`` keeps the validation architectures out.
 
 The batch is doubled until out of memory (the caller stops the sweep on the OOM) or until a
 scale-specific cap: a token cap bounds the run time on GPUs; on CPUs, where "out of memory"
-would mean swapping for minutes, a cap on an iteration's FLOPs (forward + backward of the
-profiled blocks and head) bounds it too. A CPU shape drawn with a sequence length over that cap
-falls back to a shorter one; micro-batch 1 is always measured.
+would mean swapping for minutes or the OOM killer, a cap on an iteration's FLOPs and a
+memory budget (`footprint.process_bytes`) bound it too: vocabularies whose embedding and
+head would not fit are not drawn for that width, and a CPU shape drawn with a sequence length
+over the FLOP cap falls back to a shorter one; micro-batch 1 is always measured.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 
 import numpy as np
 
 from shardmeter.spec.model import TransformerSpec
+from shardmeter_bench.footprint import process_bytes
 
 MAX_CONFIGS = 1000
+MQA = 0
+"""In `ScaleRange.kv_groups`: every query head shares one key/value head."""
 
 
 @dataclass(frozen=True)
@@ -31,7 +42,11 @@ class ScaleRange:
 
     name: str
     heads: tuple[int, int]
-    kv_heads: tuple[int, ...]
+    head_dims: tuple[int, ...]
+    """Per-head widths drawn from (hidden = heads × head_dim, inside ``hidden``)."""
+    kv_groups: tuple[int, ...]
+    """Query heads per key/value head drawn from (those dividing the heads): 1 is multi-head
+    attention, `MQA` (0) multi-query, the rest grouped-query."""
     hidden: tuple[int, int]
     layers: tuple[int, int]
     intermediate: tuple[int, int]
@@ -41,7 +56,6 @@ class ScaleRange:
     vocab: tuple[int, ...]
     gpus: tuple[int, int]
     seq_lens: tuple[int, ...]
-    head_dim_multiple: int
     intermediate_multiple: int
     max_batch: int
     max_tokens: int
@@ -50,12 +64,19 @@ class ScaleRange:
     default_configs: int
     max_iteration_flops: float | None = None
     """CPU only: cap on one profiled iteration's FLOPs (seq fallback and batch doubling)."""
+    tied_fraction: float = 0.25
+    """Share of shapes whose LM head shares the embedding's matrix (Llama-3.2, Gemma,
+    Qwen2.5-0.5B and SmolLM do)."""
+    max_process_bytes: float | None = None
+    """CPU only: budget for the profiling process's peak memory (`footprint.process_bytes`);
+    the compute run's measured peak RSS stays under it (`benchmarks/bench_compute_memory.py`)."""
 
 
 SMALL = ScaleRange(
     name="small",
     heads=(2, 8),
-    kv_heads=(1, 2, 4),
+    head_dims=(16, 32),
+    kv_groups=(1, 2, 4, MQA),
     hidden=(64, 256),
     layers=(2, 4),
     intermediate=(128, 1024),
@@ -63,7 +84,6 @@ SMALL = ScaleRange(
     vocab=(512, 1024, 2048, 4096),
     gpus=(1, 16),
     seq_lens=(32, 64),
-    head_dim_multiple=8,
     intermediate_multiple=16,
     max_batch=4,
     max_tokens=256,
@@ -74,7 +94,8 @@ SMALL = ScaleRange(
 FULL_GPU = ScaleRange(
     name="full",
     heads=(16, 32),
-    kv_heads=(4, 8),
+    head_dims=(64, 80, 96, 128, 256),
+    kv_groups=(1, 2, 4, 8, MQA),
     hidden=(960, 4096),
     layers=(16, 32),
     intermediate=(2560, 24576),
@@ -82,7 +103,6 @@ FULL_GPU = ScaleRange(
     vocab=(32000, 32768, 49152, 50304, 64000, 100352, 128256, 151936),
     gpus=(1, 16),
     seq_lens=(512, 1024, 2048, 4096),
-    head_dim_multiple=8,
     intermediate_multiple=64,
     max_batch=256,
     max_tokens=65536,
@@ -92,28 +112,29 @@ FULL_GPU = ScaleRange(
 
 FULL_CPU = ScaleRange(
     name="full",
-    heads=FULL_GPU.heads,
-    kv_heads=FULL_GPU.kv_heads,
-    hidden=FULL_GPU.hidden,
+    heads=(4, 32),
+    head_dims=(64, 80, 96, 128),
+    kv_groups=FULL_GPU.kv_groups,
+    hidden=(256, 2560),
     layers=FULL_GPU.layers,
-    intermediate=FULL_GPU.intermediate,
-    intermediate_ratio=FULL_GPU.intermediate_ratio,
+    intermediate=(640, 12288),
+    intermediate_ratio=(2.5, 6.0),
     vocab=(32000, 32768, 49152, 50304, 64000, 100352, 128256),
     gpus=FULL_GPU.gpus,
-    seq_lens=(128, 256),
-    head_dim_multiple=8,
+    seq_lens=(128, 256, 512),
     intermediate_multiple=64,
     max_batch=8,
     max_tokens=1024,
     blocks_per_model=1,
-    default_configs=16,
-    max_iteration_flops=250e9,
+    default_configs=24,
+    max_iteration_flops=160e9,
+    max_process_bytes=5.0 * 2**30,
 )
 
 
 def scale_range(scale: str, device_type: str) -> ScaleRange:
-    """The range for ``--scale`` on ``--device``: the table I shapes are the same on CPU and
-    GPU; sequence lengths, batch caps and blocks per shape differ."""
+    """The range for ``--scale`` on ``--device``: the same kinds of architecture on CPU and
+    GPU; widths, sequence lengths, batch caps, blocks per shape and budgets differ."""
     if scale == "small":
         return SMALL
     if scale == "full":
@@ -143,18 +164,36 @@ class Shape:
         return 3.0 * forward
 
 
+def architecture_key(spec: TransformerSpec) -> tuple[int, ...]:
+    """What makes two shapes the same architecture for the fit (vocabulary included)."""
+    return (
+        spec.hidden_size,
+        spec.num_attention_heads,
+        spec.kv_heads,
+        spec.head_width,
+        spec.intermediate_size,
+        spec.vocab_size,
+    )
+
+
+def _fits(scale: ScaleRange, spec: TransformerSpec, micro_batch: int, seq_len: int) -> bool:
+    if scale.max_process_bytes is None:
+        return True
+    used = process_bytes(spec, scale.blocks_per_model, micro_batch, seq_len)
+    return used <= scale.max_process_bytes
+
+
 def _draw(rng: np.random.Generator, scale: ScaleRange, index: int) -> Shape | None:
-    kv = int(rng.choice(scale.kv_heads))
-    heads_choices = [h for h in range(scale.heads[0], scale.heads[1] + 1) if h % kv == 0]
-    if not heads_choices:
+    head_dim = int(rng.choice(scale.head_dims))
+    group = int(rng.choice(scale.kv_groups))
+    step = max(group, 1)  # grouped-query: heads a multiple of the group
+    target = float(np.exp(rng.uniform(np.log(scale.hidden[0]), np.log(scale.hidden[1]))))
+    fewest = max(scale.heads[0], 2 * group)  # grouped-query keeps ≥ 2 key/value heads
+    heads = round(target / head_dim / step) * step
+    heads = min(max(heads, math.ceil(fewest / step) * step), scale.heads[1] // step * step)
+    if not (scale.heads[0] <= heads and scale.hidden[0] <= heads * head_dim <= scale.hidden[1]):
         return None
-    heads = int(rng.choice(heads_choices))
-    m = scale.head_dim_multiple
-    lo = math.ceil(scale.hidden[0] / heads / m) * m
-    hi = (scale.hidden[1] // heads) // m * m
-    if lo > hi:
-        return None
-    head_dim = int(rng.integers(lo // m, hi // m + 1)) * m
+    kv = 1 if group == MQA else heads // group
     hidden = heads * head_dim
     i_lo = max(scale.intermediate[0], scale.intermediate_ratio[0] * hidden)
     i_hi = min(scale.intermediate[1], scale.intermediate_ratio[1] * hidden)
@@ -163,34 +202,48 @@ def _draw(rng: np.random.Generator, scale: ScaleRange, index: int) -> Shape | No
     im = scale.intermediate_multiple
     inter = float(np.exp(rng.uniform(np.log(i_lo), np.log(i_hi))))
     inter_int = int(min(max(round(inter / im) * im, scale.intermediate[0]), scale.intermediate[1]))
-    spec = TransformerSpec(
-        name=f"{scale.name}-{index:03d}",
-        hidden_size=hidden,
-        num_layers=int(rng.integers(scale.layers[0], scale.layers[1] + 1)),
-        num_attention_heads=heads,
-        num_key_value_heads=kv,
-        intermediate_size=inter_int,
-        vocab_size=int(rng.choice(scale.vocab)),
-        tie_embeddings=False,
-    )
+    layers = int(rng.integers(scale.layers[0], scale.layers[1] + 1))
     seq_len = int(rng.choice(scale.seq_lens))
     gpus = int(rng.integers(scale.gpus[0], scale.gpus[1] + 1))
+    tied = bool(rng.random() < scale.tied_fraction)
+    vocab_draw = rng.permutation(len(scale.vocab))
+    spec = None
+    for k in vocab_draw:  # the first vocabulary (in drawn order) that fits the budget
+        candidate = TransformerSpec(
+            name=f"{scale.name}-{index:03d}",
+            hidden_size=hidden,
+            num_layers=layers,
+            num_attention_heads=heads,
+            num_key_value_heads=kv,
+            intermediate_size=inter_int,
+            vocab_size=int(scale.vocab[k]),
+            tie_embeddings=tied,
+        )
+        if _fits(scale, candidate, 1, min(scale.seq_lens)):
+            spec = candidate
+            break
+    if spec is None:
+        return None
     shape = Shape(index=index, spec=spec, seq_len=seq_len, gpus=gpus)
     cap = scale.max_iteration_flops
     for shorter in sorted((s for s in scale.seq_lens if s < seq_len), reverse=True):
-        if cap is None or shape.iteration_flops(1, scale.blocks_per_model) <= cap:
+        too_many_flops = cap is not None and shape.iteration_flops(1, scale.blocks_per_model) > cap
+        if not too_many_flops and _fits(scale, spec, 1, shape.seq_len):
             break
         shape = Shape(index=index, spec=spec, seq_len=shorter, gpus=gpus)
     return shape
 
 
-def generate_catalog(scale: ScaleRange, configs: int, seed: int = 0) -> list[Shape]:
-    """``configs`` distinct shapes drawn with ``seed`` (deterministic)."""
+def generate_catalog(
+    scale: ScaleRange, configs: int, seed: int = 0, exclude: Collection[TransformerSpec] = ()
+) -> list[Shape]:
+    """``configs`` distinct shapes drawn with ``seed`` (deterministic), none of them the
+    architecture of a spec in ``exclude`` (the models validation measures)."""
     if not 1 <= configs <= MAX_CONFIGS:
         raise ValueError(f"configs must be between 1 and {MAX_CONFIGS} (got {configs})")
     rng = np.random.default_rng(seed)
     shapes: list[Shape] = []
-    seen: set[tuple[int, ...]] = set()
+    seen = {architecture_key(s) for s in exclude}
     attempts = 0
     while len(shapes) < configs:
         attempts += 1
@@ -199,15 +252,7 @@ def generate_catalog(scale: ScaleRange, configs: int, seed: int = 0) -> list[Sha
         shape = _draw(rng, scale, len(shapes))
         if shape is None:
             continue
-        s = shape.spec
-        key = (
-            s.hidden_size,
-            s.num_attention_heads,
-            s.kv_heads,
-            s.intermediate_size,
-            s.vocab_size,
-            shape.seq_len,
-        )
+        key = architecture_key(shape.spec)
         if key in seen:
             continue
         seen.add(key)
@@ -216,14 +261,14 @@ def generate_catalog(scale: ScaleRange, configs: int, seed: int = 0) -> list[Sha
 
 
 def batch_sweep(shape: Shape, scale: ScaleRange) -> Iterator[int]:
-    """Micro-batches 1, 2, 4, … up to the scale's caps; the caller stops at the first OOM."""
+    """Micro-batches 1, 2, 4, … up to the scale's caps (tokens, FLOPs, memory); the caller
+    stops at the first OOM."""
     batch = 1
     while batch <= scale.max_batch and (batch == 1 or batch * shape.seq_len <= scale.max_tokens):
         cap = scale.max_iteration_flops
-        if (
-            batch > 1
-            and cap is not None
-            and shape.iteration_flops(batch, scale.blocks_per_model) > cap
+        if batch > 1 and (
+            (cap is not None and shape.iteration_flops(batch, scale.blocks_per_model) > cap)
+            or not _fits(scale, shape.spec, batch, shape.seq_len)
         ):
             return
         yield batch

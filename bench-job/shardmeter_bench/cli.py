@@ -86,7 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
         default="full",
         help="shape range: full = the paper's Table I, small = a quick CPU range (default: full)",
     )
-    g.add_argument("--configs", type=int, help="catalog shapes (default 200 GPU, 16 CPU, 12 small)")
+    g.add_argument("--configs", type=int, help="catalog shapes (default 200 GPU, 24 CPU, 12 small)")
     g.add_argument(
         "--repeats",
         type=int,
@@ -113,6 +113,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         help=f"intra-op threads per rank (0–{MAX_THREADS}; default 1 on CPU: far steadier; "
         "0 = torch's)",
+    )
+    g.add_argument(
+        "--max-memory-gib",
+        type=float,
+        help="CPU: budget for this process's peak memory; catalog shapes, batches and "
+        "validation models that would not fit are not run (default 5 for --scale full)",
     )
     g.add_argument(
         "--timeout",
@@ -189,6 +195,14 @@ def _check(args: argparse.Namespace) -> None:
             f"--timeout: must be a finite number of seconds > 0 and ≤ {MAX_TIMEOUT_S:g} "
             f"(got {args.timeout})"
         )
+    if args.max_memory_gib is not None:
+        if not (math.isfinite(args.max_memory_gib) and args.max_memory_gib >= 1):
+            raise UsageError(f"--max-memory-gib: must be ≥ 1 (got {args.max_memory_gib})")
+        if args.device == "cuda":
+            raise UsageError(
+                "--max-memory-gib: bounds a CPU run; on a GPU the batch sweep stops at "
+                "out-of-memory"
+            )
     if args.gpu is not None:
         if args.device == "cpu":
             raise UsageError("--gpu: describes a GPU; it cannot describe --device cpu")
@@ -275,7 +289,9 @@ def fail(exc: BenchError, verbose: bool = False) -> int:
     return exc.code
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, exits_after: bool = False) -> int:
+    """Run the bench; ``exits_after``: the caller ends the process right after (``__main__``
+    under a launcher), so the process group is left to the process's end."""
     raw = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(raw)
     try:
@@ -290,12 +306,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         import torch
 
         from shardmeter_bench import pipeline
-        from shardmeter_bench.device import check_device, keep_freed_memory
+        from shardmeter_bench.device import check_device
         from shardmeter_bench.distributed import DistContext
 
         device_type = _resolve_device(args.device)
-        if device_type == "cpu":
-            logs.get_logger().debug("cpu_allocator", keep_freed_memory=keep_freed_memory())
         threads = args.threads if args.threads is not None else (1 if device_type == "cpu" else 0)
         if threads:
             torch.set_num_threads(threads)
@@ -321,6 +335,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             timeout_s=args.timeout,
             precision=args.precision,
             coefficients=args.coefficients,
+            max_memory_gib=args.max_memory_gib,
+            exits_after=exits_after,
             argv=tuple(raw),
         )
         result = pipeline.run(cfg, ctx)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -16,7 +17,13 @@ from shardmeter.cost.features import Target
 from shardmeter.spec.model import TransformerSpec
 from shardmeter_bench.blocks import UnitModel, init_weights
 from shardmeter_bench.catalog import ScaleRange, Shape, batch_sweep
-from shardmeter_bench.device import is_oom, release_memory, synchronize
+from shardmeter_bench.device import (
+    compute_clock,
+    is_oom,
+    peak_rss_bytes,
+    release_memory,
+    synchronize,
+)
 from shardmeter_bench.logs import get_logger, progress
 from shardmeter_bench.profiling import profile_shape
 
@@ -72,13 +79,14 @@ def time_optimizer_step(
         p.grad = torch.full_like(p, 1e-3)
     opt = torch.optim.AdamW(params, lr=1e-4)
     opt.step()  # allocates the moments
+    clock = compute_clock(device)
     times = []
     for _ in range(repeats):
         synchronize(device)
-        start = time.perf_counter()
+        start = clock()
         opt.step()
         synchronize(device)
-        times.append(time.perf_counter() - start)
+        times.append(clock() - start)
     return float(total), statistics.median(times)
 
 
@@ -182,7 +190,10 @@ def profile_catalog(
     dtype: torch.dtype,
     repeats: int,
     seed: int,
+    after_shape: Callable[[int], None] | None = None,
 ) -> ComputeResult:
+    """Every shape in order; ``after_shape(k)`` runs after shape ``k`` (``validate``
+    measures its unseen models there, interleaved with the catalog)."""
     result = ComputeResult()
     started = time.perf_counter()
     for k, shape in enumerate(progress(shapes, total=len(shapes), desc="compute")):
@@ -195,5 +206,8 @@ def profile_catalog(
             of=len(shapes),
             samples=len(one.compute),
             elapsed_s=round(time.perf_counter() - started, 1),
+            peak_rss_gib=round(peak_rss_bytes() / 2**30, 2),
         )
+        if after_shape is not None:
+            after_shape(k)
     return result

@@ -11,6 +11,7 @@ memory from the system RAM and memory bandwidth from a copy probe.
 from __future__ import annotations
 
 import functools
+import math
 import os
 import platform
 import time
@@ -27,11 +28,6 @@ CPU_NOMINAL_WATTS_PER_THREAD = 10.0
 PROBE_HEADROOM = 1.05
 
 
-_GLIBC_M_TRIM_THRESHOLD = -1
-_GLIBC_M_MMAP_MAX = -4
-_GLIBC_M_ARENA_MAX = -8
-
-
 @functools.cache
 def _glibc() -> Any:
     """This process's glibc through ctypes, or None (another libc, or not loadable)."""
@@ -45,40 +41,28 @@ def _glibc() -> Any:
         return None
 
 
-def keep_freed_memory() -> bool:
-    """Make glibc's malloc behave like a caching allocator for this process (CPU runs only).
-
-    A GPU's caching allocator hands a freed block to the next tensor of that size, so weight
-    gradients, the dense embedding gradient and the tied-weight sum cost what their kernels
-    cost. glibc instead serves multi-MiB blocks with ``mmap`` and unmaps them when freed, so on
-    a CPU every iteration page-faults its gradient buffers afresh: measured here, that doubled
-    and randomised the backward pass of full-width models (Gemma-2B: 13 s instead of 4.3 s)
-    with a cost in *parameters*, which no compute feature (all in tokens) can absorb. Serving
-    everything from the heap (``M_MMAP_MAX=0``), never trimming it (``M_TRIM_THRESHOLD``) and
-    keeping one arena makes the second iteration onwards fault-free. The price: the process
-    keeps its peak memory until `release_freed_memory` is called (after each shape and model,
-    and before spawning ranks). ``SHARDMETER_BENCH_KEEP_HEAP=0`` turns this off.
-    Returns whether it was applied (glibc only)."""
-    if os.environ.get("SHARDMETER_BENCH_KEEP_HEAP", "1") == "0":
-        return False
-    libc = _glibc()
-    if libc is None:
-        return False
-    ok = libc.mallopt(_GLIBC_M_MMAP_MAX, 0) == 1
-    ok &= libc.mallopt(_GLIBC_M_TRIM_THRESHOLD, -1) == 1  # -1 → SIZE_MAX: never trim
-    ok &= libc.mallopt(_GLIBC_M_ARENA_MAX, 1) == 1
-    return bool(ok)
-
-
 def release_freed_memory() -> bool:
-    """Hand the heap's free pages back to the OS (``malloc_trim``), once a phase that grew it
-    is over — e.g. before spawning ranks, which would otherwise find the host's memory held
-    by this process's idle heap (`keep_freed_memory` never trims on its own). glibc only;
+    """Hand the heap's free pages back to the OS (``malloc_trim``) once a phase is over —
+    after each shape and model, and before spawning ranks — so what the next one needs is
+    free. The allocator is otherwise left as a training process has it (glibc's defaults:
+    large blocks are mapped and unmapped, so every iteration page-faults its fresh gradient
+    buffers, a cost in parameters the ``p_block``/``v_h`` features carry). glibc only;
     returns whether anything was released."""
     libc = _glibc()
     if libc is None:
         return False
     return bool(libc.malloc_trim(0))
+
+
+def peak_rss_bytes() -> int:
+    """This process's peak resident memory so far (the kernel's ``ru_maxrss``; 0 where the
+    platform has none), logged after every shape and model to see what a budget must hold."""
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - not on Linux
+        return 0
+    scale = 1 if platform.system() == "Darwin" else 1024  # bytes on macOS, KiB on Linux
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * scale
 
 
 def check_device(device_type: str) -> None:
@@ -112,7 +96,7 @@ def is_oom(exc: BaseException) -> bool:
 
 def release_memory(device: torch.device) -> None:
     """After a model is dropped: collect it and give its memory back (the CUDA cache, or on a
-    CPU the heap `keep_freed_memory` keeps) so the next shape or the next ranks can use it."""
+    CPU the heap's free pages) so the next shape or the next ranks can use it."""
     import gc
 
     gc.collect()
@@ -122,15 +106,42 @@ def release_memory(device: torch.device) -> None:
         release_freed_memory()
 
 
+def compute_clock(device: torch.device) -> Callable[[], float]:
+    """The clock compute is timed with: on a CPU running one intra-op thread, this thread's
+    CPU time (user + system, page faults included), which other processes on a shared host
+    cannot inflate by taking the core — the wall time a dedicated host would show; otherwise
+    (GPUs, several threads) the wall clock. Fit and validation use the same clock."""
+    if device.type == "cpu" and torch.get_num_threads() == 1:
+        return time.thread_time
+    return time.perf_counter
+
+
+MIN_TIMED_S = 2.0
+"""Timed iterations of one measurement last at least this long together (fast shapes get
+more than ``--repeats``, up to `MAX_REPEAT_FACTOR` times as many): the median of 5 iterations
+of a 50 ms unit moved ±5 % from one measurement to the next on a shared host."""
+MAX_REPEAT_FACTOR = 4
+
+
+def timed_repeats(repeats: int, iteration_s: float) -> int:
+    """How many iterations to time: ``repeats``, or more for an iteration this short."""
+    wanted = math.ceil(MIN_TIMED_S / max(iteration_s, 1e-6))
+    return max(repeats, min(wanted, MAX_REPEAT_FACTOR * repeats))
+
+
 def best_seconds(fn: Callable[[], object], device: torch.device, repeats: int) -> float:
+    """Fastest of ``repeats`` calls after one warm-up, on `compute_clock` (a probe timed on
+    the wall clock of a loaded host read 48 GFLOP/s for a 117 GFLOP/s core, and the fit's
+    FLOP floors would then have forced every prediction 2× too slow)."""
+    clock = compute_clock(device)
     fn()
     synchronize(device)
     best = float("inf")
     for _ in range(repeats):
-        start = time.perf_counter()
+        start = clock()
         fn()
         synchronize(device)
-        best = min(best, time.perf_counter() - start)
+        best = min(best, clock() - start)
     return best
 
 

@@ -111,15 +111,20 @@ def init(ctx: DistContext, device_type: str, timeout_s: float) -> None:
         ) from exc
 
 
-def shutdown(synchronise: bool = False) -> None:
+def shutdown(synchronise: bool = False, destroy: bool = True) -> None:
     """Leave the process group. ``synchronise``: every rank reaches this point first; a rank
     that tears Gloo down while a peer still has a collective in flight aborts the peer
-    ("terminate called without an active exception")."""
+    ("terminate called without an active exception"). ``destroy=False`` only synchronises:
+    for a process about to end through `exit_now`, where tearing down Gloo's groups can abort
+    it ("free(): double free detected in tcache 2", seen here in about one torchrun launch in
+    three) after its work is done."""
     if dist.is_available() and dist.is_initialized():
         if synchronise:
             # A peer that already failed reports its own error; do not add a second one.
             with contextlib.suppress(dist.DistError, RuntimeError):
                 dist.barrier(group=control_group())
+        if not destroy:
+            return
         dist.destroy_process_group()
     _CONTROL["group"] = None
 
@@ -174,10 +179,8 @@ def _worker(
     log_json: bool | None,
 ) -> None:
     from shardmeter_bench import logs
-    from shardmeter_bench.device import keep_freed_memory
 
     if device_type == "cpu":
-        keep_freed_memory()
         pin_to_core(index)
     os.environ.update(
         MASTER_ADDR="127.0.0.1",
@@ -268,8 +271,7 @@ def spawn(
 
     from shardmeter_bench.device import release_freed_memory
 
-    # This process's heap may still hold a phase's peak (`keep_freed_memory`); the new ranks
-    # need that memory.
+    # This process's heap may still hold free pages of a phase's peak; the new ranks need them.
     release_freed_memory()
     with tempfile.TemporaryDirectory(prefix="shardmeter-bench-") as folder:
         port = free_port()

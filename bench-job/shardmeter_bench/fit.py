@@ -13,13 +13,17 @@ from shardmeter.cost.coefficients import (
     CoefficientsDocument,
     CommSample,
     ComputeSample,
+    LinearFit,
     LinkRole,
     MemorySample,
 )
+from shardmeter.cost.features import Target
 from shardmeter.cost.fitting import fit_coefficients
+from shardmeter.cost.floors import FLOPS_PER_UNIT, demonstrated_flop_per_s
 from shardmeter.spec.hardware import GPUSpec, LinkSpec
 from shardmeter.spec.training import Precision
 from shardmeter_bench import __version__
+from shardmeter_bench.device import PROBE_HEADROOM
 
 CONFIGMAP_LIMIT_BYTES = 1_000_000
 """Kubernetes rejects objects over ~1 MiB; leave room for metadata."""
@@ -60,6 +64,9 @@ def fit(
     device_type: str,
     notes: Sequence[str] = (),
 ) -> CoefficientsDocument:
+    if device_type == "cpu":
+        gpu, raised = probed_peak_at_least_demonstrated(gpu, precision, compute)
+        notes = [*notes, *raised]
     doc = fit_coefficients(
         gpu=gpu,
         precision=precision,
@@ -76,6 +83,26 @@ def fit(
     return doc
 
 
+def probed_peak_at_least_demonstrated(
+    gpu: GPUSpec, precision: Precision, compute: Sequence[ComputeSample]
+) -> tuple[GPUSpec, list[str]]:
+    """A CPU's peak comes from a probe; if a profiled sample demonstrates a higher rate
+    (`floors.demonstrated_flop_per_s`), the probe read low (a busy host) and the peak is
+    raised to that rate with the probe's headroom — else the fit's FLOP floors and the cost
+    model's roofline guard would both force predictions slow."""
+    demonstrated = demonstrated_flop_per_s(compute) * PROBE_HEADROOM
+    field = "peak_bf16_flop_per_s" if precision is Precision.BF16 else "peak_fp32_flop_per_s"
+    probed = getattr(gpu, field)
+    if demonstrated <= probed:
+        return gpu, []
+    note = (
+        f"device: the {precision.value} peak probe read {probed / 1e9:.1f} GFLOP/s but a "
+        f"profiled unit ran at {demonstrated / PROBE_HEADROOM / 1e9:.1f}; peak set to "
+        f"{demonstrated / 1e9:.1f} (+{(PROBE_HEADROOM - 1) * 100:.0f} % headroom)"
+    )
+    return gpu.model_copy(update={field: demonstrated}), [note]
+
+
 def without_samples(doc: CoefficientsDocument, reason: str) -> CoefficientsDocument:
     from shardmeter.cost.coefficients import Samples
 
@@ -84,15 +111,25 @@ def without_samples(doc: CoefficientsDocument, reason: str) -> CoefficientsDocum
     )
 
 
+def implied_flop_rates(target: Target, fit: LinearFit) -> dict[str, float]:
+    """FLOP/s each FLOP feature's coefficient implies (FLOPs per unit ÷ seconds per unit)."""
+    flops = FLOPS_PER_UNIT.get(target, {})
+    return {f: flops[f] / c for f, c in fit.coefficients.items() if f in flops and c > 0}
+
+
 def fit_summary(doc: CoefficientsDocument) -> dict[str, Any]:
-    """Per target: samples, cross-validated MAPE and leave-one-model-out MAPE; per
-    collective: samples, L, β and MAPE (measured fits only)."""
+    """Per target: samples, architectures, leave-one-model-out MAPE (the headline: error on
+    architectures the fit did not see), shuffled K-fold MAPE, the features, and the FLOP/s
+    each FLOP feature implies against the device's peak; per collective: samples, L, β and
+    MAPE (measured fits only)."""
     compute = {
         t.value: {
             "n_samples": f.n_samples,
-            "cv_mape": f.cv_mape,
+            "architectures": f.architectures,
             "leave_one_model_out_mape": f.leave_one_model_out_mape,
+            "cv_mape": f.cv_mape,
             "features": sorted(f.coefficients),
+            "implied_flop_per_s": implied_flop_rates(t, f),
         }
         for t, f in doc.compute.items()
     }
@@ -111,6 +148,7 @@ def fit_summary(doc: CoefficientsDocument) -> dict[str, Any]:
     return {
         "gpu": doc.gpu.name,
         "precision": doc.precision.value,
+        "peak_flop_per_s": doc.gpu.peak_flop_per_s(doc.precision.value),
         "compute": compute,
         "communication": comm,
         "activation_scale": doc.memory.activation_scale,
@@ -124,14 +162,20 @@ def _pct(x: float | None) -> str:
 
 
 def render_summary(summary: dict[str, Any]) -> str:
+    peak = summary["peak_flop_per_s"]
     lines = [
-        f"coefficients for {summary['gpu']} ({summary['precision']})",
-        f"{'target':<22}{'samples':>8}{'CV MAPE':>10}{'LOMO MAPE':>11}  features",
+        f"coefficients for {summary['gpu']} ({summary['precision']}, peak "
+        f"{peak / 1e9:.1f} GFLOP/s)",
+        f"{'target':<22}{'samples':>8}{'models':>7}{'LOMO MAPE':>11}{'K-fold':>9}  "
+        "features (implied GFLOP/s)",
     ]
     for target, row in summary["compute"].items():
+        rates = row["implied_flop_per_s"]
+        features = [f"{f} ({rates[f] / 1e9:.0f})" if f in rates else f for f in row["features"]]
         lines.append(
-            f"{target:<22}{row['n_samples']:>8}{_pct(row['cv_mape']):>10}"
-            f"{_pct(row['leave_one_model_out_mape']):>11}  {', '.join(row['features'])}"
+            f"{target:<22}{row['n_samples']:>8}{row['architectures']:>7}"
+            f"{_pct(row['leave_one_model_out_mape']):>11}{_pct(row['cv_mape']):>9}  "
+            f"{', '.join(features)}"
         )
     if summary["communication"]:
         lines.append(f"{'collective':<30}{'samples':>8}{'L':>12}{'1/β':>12}{'MAPE':>9}")

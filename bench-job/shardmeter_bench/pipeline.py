@@ -10,6 +10,8 @@ and the distributed phases spawn ``--ranks`` local ranks.
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import os
 import platform
 import time
@@ -20,9 +22,10 @@ import torch
 
 from shardmeter.cost.coefficients import CoefficientsDocument, CommSample
 from shardmeter.spec.hardware import GPUSpec, LinkSpec
+from shardmeter.spec.model import TransformerSpec
 from shardmeter.spec.training import Precision
 from shardmeter_bench import distributed, fit
-from shardmeter_bench.catalog import generate_catalog, scale_range
+from shardmeter_bench.catalog import ScaleRange, generate_catalog, scale_range
 from shardmeter_bench.comm import (
     FULL_PAYLOADS,
     SMALL_PAYLOADS,
@@ -35,6 +38,13 @@ from shardmeter_bench.device import cpu_model_name, cpu_spec, cuda_spec, default
 from shardmeter_bench.distributed import DistContext
 from shardmeter_bench.errors import BenchError
 from shardmeter_bench.logs import get_logger
+from shardmeter_bench.unseen import interleave_schedule, unseen_cases
+from shardmeter_bench.validate import (
+    ValidationCase,
+    measure_case,
+    validation_cases,
+    within_budget,
+)
 
 log = get_logger(__name__)
 
@@ -60,6 +70,10 @@ class RunConfig:
     timeout_s: float = 600.0
     precision: str | None = None
     coefficients: str | None = None
+    max_memory_gib: float | None = None
+    """CPU: budget for the process's peak memory (None: the scale's own)."""
+    exits_after: bool = False
+    """The process ends (through `distributed.exit_now`) once the run returns."""
     argv: tuple[str, ...] = ()
 
     @property
@@ -69,8 +83,25 @@ class RunConfig:
         return Precision.FP32 if self.device_type == "cpu" else Precision.BF16
 
     @property
+    def element_bytes(self) -> int:
+        return 2 if self.precision_enum is Precision.BF16 else 4
+
+    @property
     def dtype(self) -> torch.dtype:
         return torch.bfloat16 if self.precision_enum is Precision.BF16 else torch.float32
+
+    @property
+    def scale_range(self) -> ScaleRange:
+        """The catalog range, with ``--max-memory-gib`` as its budget on a CPU."""
+        scale = scale_range(self.scale, self.device_type)
+        if self.device_type == "cpu" and self.max_memory_gib is not None:
+            scale = dataclasses.replace(scale, max_process_bytes=self.max_memory_gib * 2**30)
+        return scale
+
+    @property
+    def max_process_bytes(self) -> float | None:
+        """The memory budget validation models must fit (CPU only)."""
+        return self.scale_range.max_process_bytes if self.device_type == "cpu" else None
 
     @property
     def measures(self) -> bool:
@@ -84,6 +115,43 @@ class RunResult:
     outputs: dict[str, str] = field(default_factory=dict)
     summary: dict[str, Any] = field(default_factory=dict)
     report: dict[str, Any] | None = None
+
+
+VALIDATION_PASSES = 2
+"""Each validation model is measured this many times, at different points of the catalog,
+its timed iterations pooled: a host's page-fault cost moves with its free memory over
+minutes (one pass once timed a model's backward 17 % fast), and two passes rarely both
+land in the same state."""
+
+
+@dataclass
+class Interleaved:
+    """Validation models measured between catalog shapes (``validate``): the cases this rank
+    measures, each ``passes`` times, and the rows measured so far."""
+
+    cases: list[ValidationCase]
+    left_out: list[str] = field(default_factory=list)
+    """Why models were not measured (the memory budget)."""
+    passes: int = VALIDATION_PASSES
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    measured: bool = False
+
+    def repeats_per_pass(self, repeats: int) -> int:
+        """Timed iterations of one pass: the run's ``--repeats`` shared out, at least 3."""
+        return max(3, math.ceil(repeats / self.passes))
+
+    def measure_all(self, device: torch.device, cfg: RunConfig) -> None:
+        """Every pass now, one after the other (no catalog to interleave with)."""
+        for j in range(self.passes * len(self.cases)):
+            self.measure(j, device, cfg)
+        self.measured = True
+
+    def measure(self, j: int, device: torch.device, cfg: RunConfig) -> None:
+        """Item ``j`` of the schedule: pass ``j // len(cases)`` of case ``j % len(cases)``."""
+        case = self.cases[j % len(self.cases)]
+        self.rows += measure_case(
+            case, device, cfg.dtype, self.repeats_per_pass(cfg.repeats), cfg.seed
+        )
 
 
 def load_average() -> float | None:
@@ -113,12 +181,34 @@ def comm_ranks(cfg: RunConfig, ctx: DistContext) -> int:
     return cfg.ranks
 
 
-def _profile(cfg: RunConfig, ctx: DistContext, device: torch.device) -> ComputeResult:
-    scale = scale_range(cfg.scale, cfg.device_type)
-    shapes = generate_catalog(scale, cfg.configs or scale.default_configs, cfg.seed)
+def validation_specs(cfg: RunConfig) -> list[TransformerSpec]:
+    """Every architecture ``validate`` measures: the catalog never draws them."""
+    return [c.spec for c in validation_cases(cfg.scale, cfg.device_type)] + [
+        c.spec for c in unseen_cases(cfg.scale)
+    ]
+
+
+def _profile(
+    cfg: RunConfig, ctx: DistContext, device: torch.device, truth: Interleaved | None
+) -> ComputeResult:
+    scale = cfg.scale_range
+    shapes = generate_catalog(
+        scale, cfg.configs or scale.default_configs, cfg.seed, exclude=validation_specs(cfg)
+    )
     mine = shapes[ctx.rank :: ctx.world_size] if ctx.launched else shapes
     log.info("compute_started", shapes=len(mine), of=len(shapes), scale=scale.name)
-    part = profile_catalog(mine, scale, device, cfg.dtype, cfg.repeats, cfg.seed)
+    after_shape = None
+    if truth is not None and truth.cases:
+        schedule = interleave_schedule(len(mine), truth.passes * len(truth.cases))
+
+        def after_shape(k: int) -> None:
+            for j in schedule.get(k, []):
+                truth.measure(j, device, cfg)
+
+        if not mine:
+            truth.measure_all(device, cfg)
+        truth.measured = True
+    part = profile_catalog(mine, scale, device, cfg.dtype, cfg.repeats, cfg.seed, after_shape)
     parts = distributed.gather_to_main(part, ctx) or []
     merged = ComputeResult()
     for p in parts:
@@ -208,8 +298,11 @@ def run(cfg: RunConfig, ctx: DistContext) -> RunResult:
         gpu = distributed.broadcast_from_main(gpu, ctx)
         assert gpu is not None
         result = RunResult()
+        truth = None
+        if cfg.mode == "validate":
+            truth = validation_share(cfg, ctx)
         if cfg.measures:
-            compute = _profile(cfg, ctx, device) if cfg.mode != "comm" else ComputeResult()
+            compute = _profile(cfg, ctx, device, truth) if cfg.mode != "comm" else ComputeResult()
             comm = _comm(cfg, ctx, notes) if cfg.mode != "compute" else []
             if ctx.is_main:
                 result = _fit_and_publish(cfg, gpu, compute, comm, notes)
@@ -226,7 +319,7 @@ def run(cfg: RunConfig, ctx: DistContext) -> RunResult:
                 "argv": list(cfg.argv),
                 "load_1m_start": load_start,
             }
-            result.report = run_validation(cfg, ctx, device, result.doc, meta)
+            result.report = run_validation(cfg, ctx, device, result.doc, meta, truth)
             if result.report is not None:
                 result.report["meta"]["wall_s"] = time.perf_counter() - started
                 result.report["meta"]["load_1m_end"] = load_average()
@@ -237,7 +330,20 @@ def run(cfg: RunConfig, ctx: DistContext) -> RunResult:
         return result
     finally:
         if ctx.launched:
-            distributed.shutdown(synchronise=True)
+            # a launched rank ends through `distributed.exit_now` (``__main__``): leave Gloo's
+            # groups to the process's end rather than tear them down
+            distributed.shutdown(synchronise=True, destroy=not cfg.exits_after)
+
+
+def validation_share(cfg: RunConfig, ctx: DistContext) -> Interleaved:
+    """This rank's share of the validation models (the unseen architectures, then the
+    presets) that fit the memory budget."""
+    cases, left_out = within_budget(
+        unseen_cases(cfg.scale) + validation_cases(cfg.scale, cfg.device_type),
+        cfg.max_process_bytes,
+        cfg.element_bytes,
+    )
+    return Interleaved(cases[ctx.rank :: ctx.world_size] if ctx.launched else cases, left_out)
 
 
 def validation_comm_plan(cfg: RunConfig) -> CommPlan:

@@ -1,5 +1,6 @@
 """The ``validate`` phase of a run: Hugging Face models on this rank (split across ranks
-under a launcher), then FSDP2 steps and collectives on all ranks, then — on rank 0 — the
+under a launcher; already measured, in two passes, when they were interleaved with the
+catalog), then FSDP2 steps and collectives on all ranks, then — on rank 0 — the
 predictions and the report."""
 
 from __future__ import annotations
@@ -14,13 +15,20 @@ from shardmeter_bench import distributed
 from shardmeter_bench.distributed import DistContext
 from shardmeter_bench.fsdp_step import DistributedValidation, distributed_validation_phase
 from shardmeter_bench.logs import get_logger
-from shardmeter_bench.pipeline import RunConfig, comm_ranks, validation_comm_plan
+from shardmeter_bench.pipeline import (
+    Interleaved,
+    RunConfig,
+    comm_ranks,
+    validation_comm_plan,
+    validation_share,
+)
 from shardmeter_bench.report import build_report
+from shardmeter_bench.unseen import unseen_cases
 from shardmeter_bench.validate import (
     ModelResult,
     attach_predictions,
     fsdp_cases,
-    measure_models,
+    merge_passes,
     predict_step,
     validation_cases,
 )
@@ -34,13 +42,18 @@ def run_validation(
     device: torch.device,
     doc: CoefficientsDocument | None,
     meta: dict[str, Any],
+    truth: Interleaved | None = None,
 ) -> dict[str, Any] | None:
-    cases = validation_cases(cfg.scale, cfg.device_type)
-    mine = cases[ctx.rank :: ctx.world_size] if ctx.launched else cases
-    log.info("validation_started", models=len(mine))
-    rows = measure_models(mine, device, cfg.dtype, cfg.repeats, cfg.seed)
-    gathered = distributed.gather_to_main(rows, ctx) or []
-    all_rows = [r for part in gathered for r in part]
+    truth = truth or validation_share(cfg, ctx)
+    log.info("validation_started", models=len(truth.cases), interleaved=truth.measured)
+    if not truth.measured:
+        truth.measure_all(device, cfg)
+    gathered = distributed.gather_to_main(truth.rows, ctx) or []
+    all_rows = merge_passes([r for part in gathered for r in part])
+    cases = unseen_cases(cfg.scale) + validation_cases(cfg.scale, cfg.device_type)
+    meta["left_out"] = truth.left_out
+    meta["interleaved"] = truth.measured
+    meta["passes"] = truth.passes
 
     steps: list[dict[str, Any]] = []
     collectives = []

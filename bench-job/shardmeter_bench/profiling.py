@@ -1,5 +1,6 @@
-"""Per-unit forward/backward times of one shape at one micro-batch, from ``torch.profiler``
-ranges opened and closed by module hooks (paper §III-A "Runtime profiling").
+"""Per-unit forward/backward times of one shape at one micro-batch, from ranges opened and
+closed by module hooks (paper §III-A "Runtime profiling"): ``torch.profiler`` ranges on a GPU
+(device time), a clock read in the hooks on a CPU (`device.compute_clock`).
 
 Pitfalls handled here (each one measured on this code):
 
@@ -14,8 +15,10 @@ Pitfalls handled here (each one measured on this code):
   first *profiled* one pays the profiler's; both are warm-ups (an unprofiled one and the
   schedule's ``warmup=1``) and never counted.
 * **Device time.** On a GPU the time of a range is the summed device time of the kernels
-  launched by the ops inside it (hooks run on the CPU, kernels run later); on a CPU it is the
-  range's own elapsed time. Each target's time is the median over repeats (and blocks).
+  launched by the ops inside it (hooks run on the CPU, kernels run later). On a CPU the ops
+  run inside the hooks' thread, so the range is timed by `device.compute_clock` read in the
+  hooks — no profiler, whose per-op bookkeeping the models validated against do not pay.
+  Each target's time is the median over repeats (and blocks).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from __future__ import annotations
 import bisect
 import statistics
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,7 +36,7 @@ from torch.profiler import ProfilerActivity, profile, schedule
 
 from shardmeter.cost.features import Target
 from shardmeter_bench.blocks import UnitModel
-from shardmeter_bench.device import synchronize
+from shardmeter_bench.device import compute_clock, synchronize, timed_repeats
 
 RANGE_PREFIX = "shardmeter|"
 _TARGETS = {
@@ -46,22 +50,33 @@ _TARGETS = {
 
 
 class RangeRecorder:
-    """Profiler ranges named ``shardmeter|<unit>|<fwd|bwd>|<iteration>`` driven by hooks."""
+    """Ranges ``<unit>|<fwd|bwd>|<iteration>`` driven by hooks: profiler ranges (named
+    ``shardmeter|…``) without a ``clock``; with one, the clock's elapsed time per range in
+    ``seconds`` (what a CPU run uses)."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] | None = None) -> None:
         self.iteration = 0
+        self.clock = clock
+        self.seconds: dict[tuple[str, str, int], float] = {}
         self._open: dict[tuple[str, str], Any] = {}
         self._handles: list[Any] = []
 
     def _enter(self, unit: str, phase: str) -> None:
+        if self.clock is not None:
+            self._open[(unit, phase)] = self.clock()
+            return
         rf = record_function(f"{RANGE_PREFIX}{unit}|{phase}|{self.iteration}")
         rf.__enter__()
         self._open[(unit, phase)] = rf
 
     def _exit(self, unit: str, phase: str) -> None:
-        rf = self._open.pop((unit, phase), None)
-        if rf is not None:
-            rf.__exit__(None, None, None)
+        opened = self._open.pop((unit, phase), None)
+        if opened is None:
+            return
+        if self.clock is not None:
+            self.seconds[(unit, phase, self.iteration)] = self.clock() - opened
+        else:
+            opened.__exit__(None, None, None)
 
     def attach(self, model: UnitModel) -> RangeRecorder:
         units: list[tuple[str, torch.nn.Module]] = [
@@ -187,6 +202,40 @@ def _memory_peak(model: UnitModel, step: Any, device: torch.device) -> float:
     return cpu_peak_bytes(prof)
 
 
+def _clocked_iterations(
+    model: UnitModel, step: Callable[[], None], recorder: RangeRecorder, repeats: int
+) -> dict[tuple[str, str, int], float]:
+    """CPU: ``repeats`` timed iterations (1 … repeats) after the warm-ups."""
+    recorder.seconds.clear()
+    for k in range(1, repeats + 1):
+        recorder.iteration = k
+        step()
+        model.zero_grad(set_to_none=True)
+    return dict(recorder.seconds)
+
+
+def _profiled_iterations(
+    model: UnitModel,
+    step: Callable[[], None],
+    recorder: RangeRecorder,
+    repeats: int,
+    device: torch.device,
+) -> dict[tuple[str, str, int], float]:
+    """GPU: the profiler's schedule (``warmup=1`` is iteration 0), then ``repeats`` active."""
+    with profile(
+        activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
+        schedule=schedule(wait=0, warmup=1, active=repeats, repeat=1),
+        acc_events=True,
+    ) as prof:
+        for k in range(repeats + 1):
+            recorder.iteration = k
+            step()
+            model.zero_grad(set_to_none=True)
+            synchronize(device)
+            prof.step()
+    return range_seconds(prof.events(), device.type)
+
+
 def profile_shape(
     model: UnitModel,
     micro_batch: int,
@@ -195,7 +244,8 @@ def profile_shape(
     seed: int = 0,
     measure_memory: bool = True,
 ) -> ShapeProfile:
-    """Warm up, measure peak memory once, then profile ``repeats`` training iterations."""
+    """Warm up, measure peak memory once, then profile ``repeats`` training iterations (on a
+    CPU more for a fast shape, `device.timed_repeats`)."""
     device = next(model.parameters()).device
     gen = torch.Generator(device="cpu").manual_seed(seed)
     vocab = model.spec.vocab_size
@@ -205,26 +255,20 @@ def profile_shape(
     def step() -> None:
         model(ids, labels).backward()
 
-    recorder = RangeRecorder().attach(model)
+    clock = compute_clock(device) if device.type == "cpu" else None
+    recorder = RangeRecorder(clock).attach(model)
     try:
         step()  # warm-up 1: allocator, oneDNN/cuBLAS set-up; leaves gradients allocated
         peak = _memory_peak(model, step, device) if measure_memory else 0.0
         model.zero_grad(set_to_none=True)
-        activities = [ProfilerActivity.CPU]
-        if device.type == "cuda":
-            activities.append(ProfilerActivity.CUDA)
-        with profile(
-            activities=activities,
-            schedule=schedule(wait=0, warmup=1, active=repeats, repeat=1),
-            acc_events=True,
-        ) as prof:
-            for k in range(repeats + 1):
-                recorder.iteration = k
-                step()
-                model.zero_grad(set_to_none=True)
-                synchronize(device)
-                prof.step()
-        ranges = range_seconds(prof.events(), device.type)
+        if clock is not None:
+            started = clock()
+            step()  # warm-up 2, timed: how many iterations make a steady median
+            model.zero_grad(set_to_none=True)
+            repeats = timed_repeats(repeats, clock() - started)
+            ranges = _clocked_iterations(model, step, recorder, repeats)
+        else:
+            ranges = _profiled_iterations(model, step, recorder, repeats, device)
     finally:
         recorder.detach()
     raw: dict[Target, list[float]] = defaultdict(list)

@@ -1,5 +1,7 @@
-"""The accuracy report of ``validate``: a JSON file and a markdown table shaped like the
-paper's accuracy table (model, size, fwd, bwd, step — MAPE in %), plus collectives."""
+"""The accuracy report of ``validate``: a JSON file and markdown tables — the unseen Llama
+architectures point by point with the median and maximum error (the headline), the paper's
+accuracy table for the preset models (model, size, fwd, bwd, step — MAPE in %), and the
+collectives."""
 
 from __future__ import annotations
 
@@ -12,7 +14,12 @@ from typing import Any
 
 from shardmeter.cost.coefficients import CoefficientsDocument, CommSample
 from shardmeter.cost.regression import ring_seconds
+from shardmeter_bench.unseen import UNSEEN
 from shardmeter_bench.validate import ModelResult
+
+GOAL_MEDIAN = 0.10
+GOAL_MAX = 0.20
+"""The unseen-architecture goal, for forward and for backward, in every run."""
 
 
 def ape(measured: float, predicted: float) -> float:
@@ -23,9 +30,45 @@ def _mean(values: Sequence[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
+def unseen_summary(results: Sequence[ModelResult]) -> dict[str, Any] | None:
+    """Per (unseen model, size) point: measured, predicted and error, forward and backward;
+    the median and maximum error over the points (None when no unseen model was measured)."""
+    points = []
+    for r in results:
+        if r.suite != UNSEEN:
+            continue
+        for p in r.points:
+            points.append(
+                {
+                    "model": r.name,
+                    "architecture": r.architecture,
+                    "layers": r.layers,
+                    **p,
+                    "fwd_error": ape(p["fwd_measured_s"], p["fwd_predicted_s"]),
+                    "bwd_error": ape(p["bwd_measured_s"], p["bwd_predicted_s"]),
+                    "fwd_signed": p["fwd_predicted_s"] / p["fwd_measured_s"] - 1.0,
+                    "bwd_signed": p["bwd_predicted_s"] / p["bwd_measured_s"] - 1.0,
+                }
+            )
+    if not points:
+        return None
+    out: dict[str, Any] = {"points": points, "goal": {"median": GOAL_MEDIAN, "max": GOAL_MAX}}
+    for phase in ("fwd", "bwd"):
+        errors = [p[f"{phase}_error"] for p in points]
+        out[f"{phase}_median"] = statistics.median(errors)
+        out[f"{phase}_max"] = max(errors)
+    out["meets_goal"] = all(
+        out[f"{phase}_median"] <= GOAL_MEDIAN and out[f"{phase}_max"] <= GOAL_MAX
+        for phase in ("fwd", "bwd")
+    )
+    return out
+
+
 def model_rows(results: Sequence[ModelResult]) -> list[dict[str, Any]]:
     rows = []
     for r in results:
+        if r.suite == UNSEEN:
+            continue
         fwd = [ape(p["fwd_measured_s"], p["fwd_predicted_s"]) for p in r.points]
         bwd = [ape(p["bwd_measured_s"], p["bwd_predicted_s"]) for p in r.points]
         step = r.step
@@ -88,6 +131,7 @@ def build_report(
         "meta": meta,
         "device": doc.gpu.name,
         "precision": doc.precision.value,
+        "unseen": unseen_summary(results),
         "models": rows,
         "collectives": coll,
         "median": {
@@ -107,12 +151,46 @@ def _size(params: int) -> str:
     return f"{params / 1e9:.1f}B" if params >= 1e9 else f"{params / 1e6:.0f}M"
 
 
+def render_unseen(unseen: dict[str, Any]) -> list[str]:
+    lines = [
+        "Unseen Llama architectures (never in the catalog), error of each point in %:",
+        "",
+        "| Model | Architecture | Layers | b × s | Fwd measured | Fwd predicted | Fwd err "
+        "| Bwd measured | Bwd predicted | Bwd err |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for p in unseen["points"]:
+        lines.append(
+            f"| {p['model']} | {p['architecture']} | {p['layers']} "
+            f"| {p['micro_batch']} × {p['seq_len']} "
+            f"| {p['fwd_measured_s'] * 1e3:.1f} ms | {p['fwd_predicted_s'] * 1e3:.1f} ms "
+            f"| {100 * p['fwd_signed']:+.1f} "
+            f"| {p['bwd_measured_s'] * 1e3:.1f} ms | {p['bwd_predicted_s'] * 1e3:.1f} ms "
+            f"| {100 * p['bwd_signed']:+.1f} |"
+        )
+    goal = unseen["goal"]
+    lines += [
+        "",
+        f"| unseen, {len(unseen['points'])} points | median | max |",
+        "| --- | --- | --- |",
+        f"| forward | {_pct(unseen['fwd_median'])} | {_pct(unseen['fwd_max'])} |",
+        f"| backward | {_pct(unseen['bwd_median'])} | {_pct(unseen['bwd_max'])} |",
+        f"| goal | ≤ {_pct(goal['median'])} | ≤ {_pct(goal['max'])} |",
+        "",
+    ]
+    return lines
+
+
 def render_markdown(report: dict[str, Any]) -> str:
     meta = report["meta"]
     lines = [
         f"Prediction error (MAPE, %) on {report['device']} ({report['precision']}), "
         f"{meta.get('machine', '')}",
         "",
+    ]
+    if report.get("unseen"):
+        lines += render_unseen(report["unseen"])
+    lines += [
         "| Model | Size | Layers built | Fwd | Bwd | Step |",
         "| --- | --- | --- | --- | --- | --- |",
     ]
@@ -148,6 +226,7 @@ def render_markdown(report: dict[str, Any]) -> str:
         f"Fwd/Bwd: whole Hugging Face models ({meta.get('sizes', '')}), mean over sizes; "
         "Step: one FSDP2 step vs the simulator; collectives: payloads the fit never saw.",
     ]
+    lines += [f"Not measured: {note}" for note in meta.get("left_out", [])]
     return "\n".join(lines)
 
 

@@ -1,9 +1,10 @@
 """``validate``: measure shapes the fit never saw and compare with the predictions
 (paper §IV-B, its accuracy table).
 
-* **fwd / bwd**: whole Hugging Face models of the preset architectures at reduced depth,
-  forward (embedding → layers → head → loss) and backward, against the sum of the fitted
-  unit times (embedding + L · block + head);
+* **fwd / bwd**: whole Hugging Face models at reduced depth — eight unseen Llama
+  architectures (`unseen`, the headline) and the paper's preset models — forward
+  (embedding → layers → head → loss) and backward, against the sum of the fitted unit times
+  (embedding + L · block + head), timed with the fit's own clock (`device.compute_clock`);
 * **step**: a real FSDP2 step (`fsdp_step`), against the execution-graph simulator;
 * **collectives**: payloads between the fitted ones, against the ring model.
 """
@@ -23,21 +24,60 @@ from shardmeter.sim.fsdp import FSDPDurations, simulate_fsdp_step
 from shardmeter.spec.hardware import PoolSpec
 from shardmeter.spec.model import MODEL_PRESETS, MLPKind, NormKind, TransformerSpec
 from shardmeter.spec.training import TrainingSpec
-from shardmeter_bench.device import release_memory, synchronize
+from shardmeter_bench.device import (
+    compute_clock,
+    peak_rss_bytes,
+    release_memory,
+    synchronize,
+    timed_repeats,
+)
+from shardmeter_bench.footprint import process_bytes
 from shardmeter_bench.hf_models import build_hf_model
 from shardmeter_bench.logs import get_logger, progress
 
 log = get_logger(__name__)
 
 
+PRESETS = "presets"
+"""`ValidationCase.suite` of the paper's models."""
+
+
 @dataclass(frozen=True)
 class ValidationCase:
-    """One model: its architecture (full width), the layers built, and (micro-batch, seq)."""
+    """One model: its architecture (full width), the layers built, (micro-batch, seq), and
+    the suite it reports in (`PRESETS`, or `unseen.UNSEEN`)."""
 
     key: str
     spec: TransformerSpec
     layers: int
     sizes: tuple[tuple[int, int], ...]
+    suite: str = PRESETS
+
+    def peak_bytes(self, element_bytes: int) -> float:
+        """The process's estimated peak while measuring this case (`footprint`)."""
+        return max(
+            process_bytes(self.spec, self.layers, b, s, element_bytes) for b, s in self.sizes
+        )
+
+
+def within_budget(
+    cases: list[ValidationCase], max_process_bytes: float | None, element_bytes: int
+) -> tuple[list[ValidationCase], list[str]]:
+    """The cases whose estimated peak fits ``max_process_bytes`` (all when None), and a note
+    for each one left out."""
+    if max_process_bytes is None:
+        return cases, []
+    kept, notes = [], []
+    for case in cases:
+        need = case.peak_bytes(element_bytes)
+        if need <= max_process_bytes:
+            kept.append(case)
+        else:
+            notes.append(
+                f"{case.key} not measured: needs ~{need / 2**30:.1f} GiB, over the "
+                f"{max_process_bytes / 2**30:.1f} GiB budget (--max-memory-gib)"
+            )
+    return kept, notes
 
 
 @dataclass(frozen=True)
@@ -114,6 +154,43 @@ def fsdp_cases(scale: str, device_type: str) -> list[FsdpCase]:
     ]
 
 
+def time_forward_backward(
+    model: torch.nn.Module,
+    micro_batch: int,
+    seq_len: int,
+    vocab: int,
+    repeats: int,
+    warmup: int = 2,
+    seed: int = 0,
+) -> tuple[list[float], list[float]]:
+    """Seconds of every timed ``model(ids, labels=ids)`` and ``loss.backward()`` after
+    ``warmup`` iterations, on the clock the fit is measured with (`device.compute_clock`);
+    on a CPU a fast model gets more iterations, as the catalog does (`device.timed_repeats`)."""
+    device = next(model.parameters()).device
+    clock = compute_clock(device)
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    ids = torch.randint(0, vocab, (micro_batch, seq_len), generator=gen).to(device)
+    forward, backward = [], []
+    k, total = 0, warmup + repeats
+    while k < total:
+        synchronize(device)
+        t0 = clock()
+        loss = model(input_ids=ids, labels=ids).loss
+        synchronize(device)
+        t1 = clock()
+        loss.backward()
+        synchronize(device)
+        t2 = clock()
+        model.zero_grad(set_to_none=True)
+        if k >= warmup:
+            forward.append(t1 - t0)
+            backward.append(t2 - t1)
+        elif k == warmup - 1 and device.type == "cpu":
+            total = warmup + timed_repeats(repeats, t2 - t0)  # as the catalog is timed
+        k += 1
+    return forward, backward
+
+
 def measure_forward_backward(
     model: torch.nn.Module,
     micro_batch: int,
@@ -123,25 +200,10 @@ def measure_forward_backward(
     warmup: int = 2,
     seed: int = 0,
 ) -> tuple[float, float]:
-    """Median seconds of ``model(ids, labels=ids)`` and of ``loss.backward()`` after
-    ``warmup`` iterations (the first grows the heap; see `device.keep_freed_memory`)."""
-    device = next(model.parameters()).device
-    gen = torch.Generator(device="cpu").manual_seed(seed)
-    ids = torch.randint(0, vocab, (micro_batch, seq_len), generator=gen).to(device)
-    forward, backward = [], []
-    for k in range(warmup + repeats):
-        synchronize(device)
-        t0 = time.perf_counter()
-        loss = model(input_ids=ids, labels=ids).loss
-        synchronize(device)
-        t1 = time.perf_counter()
-        loss.backward()
-        synchronize(device)
-        t2 = time.perf_counter()
-        model.zero_grad(set_to_none=True)
-        if k >= warmup:
-            forward.append(t1 - t0)
-            backward.append(t2 - t1)
+    """Median seconds of the forward and of the backward (`time_forward_backward`)."""
+    forward, backward = time_forward_backward(
+        model, micro_batch, seq_len, vocab, repeats, warmup, seed
+    )
     return statistics.median(forward), statistics.median(backward)
 
 
@@ -196,6 +258,71 @@ class ModelResult:
     layers: int
     points: list[dict[str, float]] = field(default_factory=list)
     step: dict[str, float] | None = None
+    suite: str = PRESETS
+    architecture: str = ""
+    """Width, heads / key-value heads, MLP width and vocabulary, for the report."""
+
+
+def describe(spec: TransformerSpec) -> str:
+    """``h576 9/3 i1536 V49152 tied``: width, heads/key-value heads, MLP width, vocabulary."""
+    tied = " tied" if spec.tie_embeddings else ""
+    return (
+        f"h{spec.hidden_size} {spec.num_attention_heads}/{spec.kv_heads} "
+        f"i{spec.intermediate_size} V{spec.vocab_size}{tied}"
+    )
+
+
+def measure_case(
+    case: ValidationCase, device: torch.device, dtype: torch.dtype, repeats: int, seed: int
+) -> list[dict[str, Any]]:
+    """Measured forward/backward seconds of one case at each of its sizes: every timed
+    iteration (``fwd_all``, ``bwd_all``) and their medians (``fwd``, ``bwd``)."""
+    started = time.perf_counter()
+    model = build_hf_model(case.spec, case.layers, device, dtype, seed)
+    rows: list[dict[str, Any]] = []
+    try:
+        for b, s in case.sizes:
+            fwd, bwd = time_forward_backward(
+                model, b, s, case.spec.vocab_size, repeats, seed=seed + b
+            )
+            rows.append(
+                {
+                    "key": case.key,
+                    "micro_batch": b,
+                    "seq_len": s,
+                    "fwd": statistics.median(fwd),
+                    "bwd": statistics.median(bwd),
+                    "fwd_all": fwd,
+                    "bwd_all": bwd,
+                }
+            )
+    finally:
+        del model
+        release_memory(device)
+    log.info(
+        "model_validated",
+        model=case.key,
+        elapsed_s=round(time.perf_counter() - started, 1),
+        peak_rss_gib=round(peak_rss_bytes() / 2**30, 2),
+    )
+    return rows
+
+
+def merge_passes(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per (model, size): the medians over the timed iterations of every pass that
+    measured it (``passes`` says how many), in first-measured order."""
+    merged: dict[tuple[str, int, int], dict[str, Any]] = {}
+    for row in rows:
+        key = (row["key"], row["micro_batch"], row["seq_len"])
+        if key not in merged:
+            merged[key] = {**row, "fwd_all": [], "bwd_all": [], "passes": 0}
+        out = merged[key]
+        out["fwd_all"] = out["fwd_all"] + list(row.get("fwd_all", [row["fwd"]]))
+        out["bwd_all"] = out["bwd_all"] + list(row.get("bwd_all", [row["bwd"]]))
+        out["passes"] += 1
+        out["fwd"] = statistics.median(out["fwd_all"])
+        out["bwd"] = statistics.median(out["bwd_all"])
+    return list(merged.values())
 
 
 def measure_models(
@@ -209,18 +336,7 @@ def measure_models(
     process measuring may not hold the coefficients)."""
     rows: list[dict[str, Any]] = []
     for case in progress(cases, total=len(cases), desc="validate"):
-        started = time.perf_counter()
-        model = build_hf_model(case.spec, case.layers, device, dtype, seed)
-        for b, s in case.sizes:
-            fwd, bwd = measure_forward_backward(
-                model, b, s, case.spec.vocab_size, repeats, seed=seed + b
-            )
-            rows.append({"key": case.key, "micro_batch": b, "seq_len": s, "fwd": fwd, "bwd": bwd})
-        del model
-        release_memory(device)
-        log.info(
-            "model_validated", model=case.key, elapsed_s=round(time.perf_counter() - started, 1)
-        )
+        rows += measure_case(case, device, dtype, repeats, seed)
     return rows
 
 
@@ -235,7 +351,14 @@ def attach_predictions(
         fwd_p, bwd_p = predict_forward_backward(doc, spec, row["micro_batch"], row["seq_len"])
         result = results.setdefault(
             case.key,
-            ModelResult(case.key, case.spec.name, case.spec.total_params, case.layers),
+            ModelResult(
+                case.key,
+                case.spec.name,
+                case.spec.total_params,
+                case.layers,
+                suite=case.suite,
+                architecture=describe(case.spec),
+            ),
         )
         result.points.append(
             {

@@ -49,7 +49,14 @@ class LinearFit(_Doc):
     cv_mape: float | None = None
     """Cross-validated mean absolute percentage error (fraction)."""
     leave_one_model_out_mape: float | None = None
+    """MAPE predicting each architecture's samples from a fit on the other architectures
+    (fraction): the error on a model the fit never saw. Features are selected by it."""
     n_samples: int = 0
+    architectures: int = 0
+    """Distinct architectures among the samples (the folds of leave-one-model-out)."""
+    floors: dict[str, float] = Field(default_factory=dict)
+    """Lower bounds the fit respected, seconds per feature unit: FLOPs per unit ÷ peak
+    FLOP/s (`shardmeter.cost.floors`), so no coefficient implies a rate above peak."""
 
     @model_validator(mode="after")
     def _non_negative(self) -> LinearFit:
@@ -177,9 +184,14 @@ class CoefficientsDocument(_Doc):
 
     # ---- summaries ------------------------------------------------------------------------
     def fit_mape(self) -> float | None:
-        """The worst cross-validated MAPE over compute targets and collectives (None for
-        priors), the figure the operator exports and alerts on."""
-        values = [f.cv_mape for f in self.compute.values() if f.cv_mape is not None]
+        """The worst cross-validated MAPE over compute targets (leave-one-model-out where
+        measured, the error on unseen models) and collectives (None for priors), the figure
+        the operator exports and alerts on."""
+        headline = [
+            f.leave_one_model_out_mape if f.leave_one_model_out_mape is not None else f.cv_mape
+            for f in self.compute.values()
+        ]
+        values = [v for v in headline if v is not None]
         values += [
             c.mape
             for fits in self.communication.values()

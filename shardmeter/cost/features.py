@@ -15,7 +15,9 @@ feature        value                      what it stands for
 ``t_i``        t · i                      MLP activation function
 ``t_h_v``      t · h · V                  LM head matmul
 ``t_v``        t · V                      softmax / cross-entropy over the vocabulary
-``v_h``        V · h                      embedding-gradient buffer (scatter-add, zeroing)
+``v_h``        V · h                      embedding/LM-head weights and their gradient buffer
+``p_block``    block matmul weights       a block's weights and weight-gradient buffers
+``v_h_tied``   V · h if tied, else 0      summing a tied matrix's embedding and head gradients
 ``p_local``    parameters per rank        optimizer step (memory bound)
 ``one``        1                          launch overhead
 =============  =========================  ===============================================
@@ -47,14 +49,14 @@ class Target(StrEnum):
         return self.value.split(".")[0]
 
 
-_BLOCK = ("t_h_q", "t_h_kv", "t_h_i", "t_s_q", "t_h", "t_i", "one")
+_BLOCK = ("t_h_q", "t_h_kv", "t_h_i", "t_s_q", "t_h", "t_i", "one", "p_block")
 CANDIDATE_FEATURES: dict[Target, tuple[str, ...]] = {
     Target.BLOCK_FORWARD: _BLOCK,
     Target.BLOCK_BACKWARD: _BLOCK,
     Target.EMBEDDING_FORWARD: ("t_h", "one"),
-    Target.EMBEDDING_BACKWARD: ("t_h", "v_h", "one"),
-    Target.HEAD_FORWARD: ("t_h_v", "t_v", "t_h", "one"),
-    Target.HEAD_BACKWARD: ("t_h_v", "t_v", "t_h", "one"),
+    Target.EMBEDDING_BACKWARD: ("t_h", "v_h", "one", "v_h_tied"),
+    Target.HEAD_FORWARD: ("t_h_v", "t_v", "t_h", "one", "v_h"),
+    Target.HEAD_BACKWARD: ("t_h_v", "t_v", "t_h", "one", "v_h"),
     Target.OPTIMIZER_STEP: ("p_local", "one"),
 }
 """The candidate features of each target, in a fixed order (the columns of X)."""
@@ -76,6 +78,8 @@ def feature_values(
         "t_h_v": t * h * v,
         "t_v": t * v,
         "v_h": v * h,
+        "v_h_tied": v * h if spec.tie_embeddings else 0.0,
+        "p_block": float(spec.matmul_params_per_block),
         "p_local": float(params_local),
         "one": 1.0,
     }

@@ -24,9 +24,10 @@ from shardmeter.cost.coefficients import (
     Source,
 )
 from shardmeter.cost.features import CANDIDATE_FEATURES, Target, design_row
+from shardmeter.cost.floors import demonstrated_flop_per_s, lower_bounds
 from shardmeter.cost.memory import activation_bytes_per_token
 from shardmeter.cost.priors import compute_priors, link_prior
-from shardmeter.cost.regression import RelativeNNLSRegressor, RingCollectiveRegressor, mape
+from shardmeter.cost.regression import RelativeNNLSRegressor, RingCollectiveRegressor
 from shardmeter.spec.hardware import GPUSpec, LinkSpec
 from shardmeter.spec.model import TransformerSpec
 from shardmeter.spec.training import ActivationCheckpointing, Precision, TrainingSpec
@@ -46,30 +47,43 @@ def _design(
     return np.vstack(rows), np.asarray(ys), groups
 
 
+SELECTION_TOL = 0.02
+"""The smallest feature set whose leave-one-architecture-out MAPE is within one standard
+error (over architectures), and at least 2 %, of the best set's is chosen: smaller gains are
+run-to-run noise, and chasing them made the selection flip between runs."""
+
+
 def fit_compute_target(
-    samples: Sequence[ComputeSample], target: Target, cv: int = 5, random_state: int = 0
+    samples: Sequence[ComputeSample],
+    target: Target,
+    cv: int = 5,
+    random_state: int = 0,
+    peak_flop_per_s: float | None = None,
 ) -> tuple[LinearFit, RelativeNNLSRegressor]:
-    """Fit one target: CV feature selection, CV MAPE and leave-one-model-out MAPE."""
+    """Fit one target. Coefficients of FLOP features are bounded below by their physical
+    floor at ``peak_flop_per_s`` (`shardmeter.cost.floors`) and always kept; the other
+    features are selected by leave-one-architecture-out MAPE, which is also the fit's
+    headline (``leave_one_model_out_mape``). ``cv_mape`` is a shuffled K-fold's MAPE
+    (rows of every architecture on both sides: the optimistic figure, for contrast)."""
     X, y, groups = _design(samples, target)
     names = list(CANDIDATE_FEATURES[target])
-    model = RelativeNNLSRegressor(feature_names=names, cv=cv, random_state=random_state).fit(X, y)
-    lomo: float | None = None
-    if len(set(groups)) >= 2:
-        # refit on all-but-one model (same selected features), predict the held-out model
-        preds = np.empty_like(y)
-        group_arr = np.asarray(groups)
-        selected = [names.index(f) for f in model.selected_features_]
-        for g in sorted(set(groups)):
-            held = group_arr == g
-            sub = RelativeNNLSRegressor(feature_names=[names[j] for j in selected], select="all")
-            sub.fit(X[~held][:, selected], y[~held])
-            preds[held] = sub.predict(X[held][:, selected])
-        lomo = mape(y, preds)
+    lower = lower_bounds(target, names, peak_flop_per_s)
+    architectures = len(set(groups))
+    grouped = groups if architectures >= 2 else None
+    model = RelativeNNLSRegressor(
+        feature_names=names,
+        cv=cv,
+        tol=SELECTION_TOL,
+        random_state=random_state,
+        lower_bounds=lower,
+    ).fit(X, y, groups=grouped)
     fit = LinearFit(
         coefficients=model.coefficients(),
-        cv_mape=model.cv_mape_,
-        leave_one_model_out_mape=lomo,
+        cv_mape=model.cross_validated_mape(X, y),
+        leave_one_model_out_mape=model.cv_mape_ if grouped is not None else None,
         n_samples=len(y),
+        architectures=architectures,
+        floors={f: b for f, b in zip(names, lower, strict=True) if b > 0},
     )
     return fit, model
 
@@ -81,17 +95,30 @@ def fit_compute(
     cv: int = 5,
     random_state: int = 0,
 ) -> tuple[dict[Target, LinearFit], list[str]]:
-    """Fit every target with enough samples; the rest fall back to datasheet priors (noted)."""
+    """Fit every target with enough samples, FLOP coefficients floored at the GPU's peak
+    FLOP/s for ``precision``; the rest fall back to datasheet priors (noted). A peak the
+    samples themselves beat (a probe read on a busy host) is no bound: then the floors are
+    dropped and a note says why, rather than forcing every prediction slow."""
     by_target: dict[Target, list[ComputeSample]] = defaultdict(list)
     for s in samples:
         by_target[s.target].append(s)
     priors = compute_priors(gpu, precision)
+    stated = gpu.peak_flop_per_s(precision.value)
+    demonstrated = demonstrated_flop_per_s(s for rows in by_target.values() for s in rows)
+    peak: float | None = stated
     fits: dict[Target, LinearFit] = {}
     notes: list[str] = []
+    if demonstrated > stated:
+        peak = None
+        notes.append(
+            f"compute: the samples ran at {demonstrated / 1e9:.1f} GFLOP/s, above the "
+            f"{gpu.name} peak of {stated / 1e9:.1f} — the peak is wrong, so no FLOP floor "
+            "is known and coefficients are only kept non-negative"
+        )
     for target in Target:
         rows = by_target.get(target, [])
         if len(rows) >= MIN_SAMPLES_PER_TARGET:
-            fits[target], _ = fit_compute_target(rows, target, cv, random_state)
+            fits[target], _ = fit_compute_target(rows, target, cv, random_state, peak)
         else:
             fits[target] = priors[target]
             notes.append(f"compute.{target.value}: {len(rows)} samples, using the datasheet prior")

@@ -1,8 +1,11 @@
 """Scikit-learn estimators behind the cost models.
 
-* `RelativeNNLSRegressor` — ``y ≈ X · c`` with ``c ≥ 0``, fitted for *relative* error (rows
-  weighted by 1/y, so a 1 ms kernel counts as much as a 1 s one), with forward feature
-  selection by cross-validated MAPE (the paper "selects those that contribute most").
+* `RelativeNNLSRegressor` — ``y ≈ X · c`` with ``c ≥ lower`` (non-negative, or a physical
+  floor per feature), fitted for *relative* error (rows weighted by 1/y, so a 1 ms kernel
+  counts as much as a 1 s one) by bounded least squares, with feature selection by
+  cross-validated MAPE (the paper "selects those that contribute most"). Passed ``groups``
+  (which architecture each row measured), the folds leave one architecture out: a fit is
+  judged on models it never saw, as it is used.
 * `RingCollectiveRegressor` — ``T = k·(P−1)·(L + β·D/P)`` for one collective on one link,
   fitted by non-negative least squares on the same relative-error weighting.
 
@@ -17,12 +20,16 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+from scipy.optimize import lsq_linear
 from sklearn.base import BaseEstimator, RegressorMixin
-from sklearn.linear_model import LinearRegression
-from sklearn.model_selection import GroupKFold, KFold
+from sklearn.model_selection import KFold, LeaveOneGroupOut
 from sklearn.utils.validation import check_is_fitted, check_X_y, validate_data
 
 FloatArray = npt.NDArray[np.float64]
+EXHAUSTIVE_MAX = 10
+"""Feature selection tries every subset of up to this many optional features."""
+SELECTION_ABS_TOL = 1e-9
+"""MAPEs closer than this are equal (exact synthetic data leaves only rounding)."""
 
 
 def mape(y_true: npt.ArrayLike, y_pred: npt.ArrayLike) -> float:
@@ -33,26 +40,41 @@ def mape(y_true: npt.ArrayLike, y_pred: npt.ArrayLike) -> float:
 
 
 def _nnls_relative(X: FloatArray, y: FloatArray) -> FloatArray:
-    """Non-negative least squares minimising Σ((X·c − y)/y)². Columns are scaled to unit
-    maximum first so features spanning 1 … 1e13 stay well conditioned."""
+    """Non-negative least squares minimising Σ((X·c − y)/y)² (`bounded_relative_lsq` with
+    zero bounds)."""
+    return bounded_relative_lsq(X, y, np.zeros(X.shape[1]))
+
+
+def bounded_relative_lsq(X: FloatArray, y: FloatArray, lower: FloatArray) -> FloatArray:
+    """``c ≥ lower`` minimising Σ((X·c − y)/y)² (bounded-variable least squares). Columns
+    are scaled to unit maximum so features spanning 1 … 1e13 stay well conditioned. SciPy's
+    BVLS, not ``scipy.optimize.nnls``: SciPy 1.17's C ``nnls`` aborted a torchrun rank here
+    ("free(): double free detected in tcache 2") in about one fit in three."""
     scale = np.max(np.abs(X), axis=0)
     scale[scale == 0] = 1.0
-    model = LinearRegression(positive=True, fit_intercept=False)
-    model.fit(X / scale, y, sample_weight=1.0 / np.square(y))
-    coef: FloatArray = np.asarray(model.coef_, dtype=np.float64) / scale
+    A = X / scale / y[:, None]
+    lo = lower * scale
+    x = lsq_linear(A, np.ones_like(y), bounds=(lo, np.inf), method="bvls").x
+    coef: FloatArray = np.maximum(np.asarray(x, dtype=np.float64), lo) / scale
     return coef
 
 
 class RelativeNNLSRegressor(RegressorMixin, BaseEstimator):  # type: ignore[misc]
-    """Non-negative linear regression for relative error with CV forward feature selection.
+    """Bounded linear regression for relative error with CV forward feature selection.
 
     Parameters
     ----------
     feature_names: names of X's columns (kept in ``selected_features_``).
     select: ``"cv"`` forward selection by cross-validated MAPE, ``"all"`` use every column.
-    cv: folds (capped at the number of samples, or of groups when ``groups`` is passed).
-    tol: a feature is added only if it lowers the CV MAPE by more than this fraction of it.
+    cv: folds of the shuffled K-fold used when ``fit`` gets no ``groups`` (capped at the
+        number of samples); with ``groups`` each fold leaves one group out.
+    tol: the smallest subset whose CV MAPE is within one standard error, and at least this
+        fraction, of the best subset's is chosen.
     random_state: seeds the fold shuffle.
+    lower_bounds: per column, the least value its coefficient may take (default 0): a
+        physical floor such as FLOPs per unit ÷ peak FLOP/s.
+    required: columns always in the model (default: those with a positive lower bound —
+        work that physically happens is never left out).
     """
 
     def __init__(
@@ -62,19 +84,22 @@ class RelativeNNLSRegressor(RegressorMixin, BaseEstimator):  # type: ignore[misc
         cv: int = 5,
         tol: float = 0.01,
         random_state: int = 0,
+        lower_bounds: Sequence[float] | None = None,
+        required: Sequence[str] | None = None,
     ) -> None:
         self.feature_names = feature_names
         self.select = select
         self.cv = cv
         self.tol = tol
         self.random_state = random_state
+        self.lower_bounds = lower_bounds
+        self.required = required
 
     def _splits(self, n: int, groups: npt.ArrayLike | None) -> list[tuple[Any, Any]]:
         if groups is not None:
             g = np.asarray(groups)
-            k = min(self.cv, len(np.unique(g)))
-            if k >= 2:
-                return list(GroupKFold(n_splits=k).split(np.zeros(n), groups=g))
+            if len(np.unique(g)) >= 2:
+                return list(LeaveOneGroupOut().split(np.zeros(n), groups=g))
         k = min(self.cv, n)
         if k < 2:
             return []
@@ -82,17 +107,101 @@ class RelativeNNLSRegressor(RegressorMixin, BaseEstimator):  # type: ignore[misc
             KFold(n_splits=k, shuffle=True, random_state=self.random_state).split(np.zeros(n))
         )
 
-    def _cv_mape(
-        self, X: FloatArray, y: FloatArray, cols: list[int], splits: list[tuple[Any, Any]]
-    ) -> float:
+    def _cv_errors(
+        self,
+        X: FloatArray,
+        y: FloatArray,
+        cols: list[int],
+        splits: list[tuple[Any, Any]],
+        lower: FloatArray,
+    ) -> tuple[float, float]:
+        """(CV MAPE, its standard error over folds) of the columns ``cols``."""
         if not splits:
-            c = _nnls_relative(X[:, cols], y)
-            return mape(y, X[:, cols] @ c)
-        pred = np.empty_like(y)
+            c = bounded_relative_lsq(X[:, cols], y, lower[cols])
+            return mape(y, X[:, cols] @ c), 0.0
+        ape = np.empty_like(y)
+        fold_means = []
         for train, test in splits:
-            c = _nnls_relative(X[np.ix_(train, cols)], y[train])
-            pred[test] = X[np.ix_(test, cols)] @ c
-        return mape(y, pred)
+            c = bounded_relative_lsq(X[np.ix_(train, cols)], y[train], lower[cols])
+            ape[test] = np.abs(X[np.ix_(test, cols)] @ c - y[test]) / y[test]
+            fold_means.append(float(np.mean(ape[test])))
+        se = float(np.std(fold_means, ddof=1) / np.sqrt(len(fold_means)))
+        return float(np.mean(ape)), se
+
+    def _cv_mape(
+        self,
+        X: FloatArray,
+        y: FloatArray,
+        cols: list[int],
+        splits: list[tuple[Any, Any]],
+        lower: FloatArray,
+    ) -> float:
+        return self._cv_errors(X, y, cols, splits, lower)[0]
+
+    def _select(
+        self,
+        X: FloatArray,
+        y: FloatArray,
+        required: list[int],
+        splits: list[tuple[Any, Any]],
+        lower: FloatArray,
+    ) -> tuple[list[int], float]:
+        """The required columns plus a subset of the others: the smallest subset whose CV
+        MAPE is within one standard error (over folds) — and at least ``tol`` — of the best
+        subset's, ties going to the earlier candidates (the one-standard-error rule: a gain
+        inside the noise buys no feature, so repeated runs select the same features). Every subset is tried up to
+        `EXHAUSTIVE_MAX` optional columns (greedy forward selection stops early when two
+        features only help together), forward selection beyond."""
+        optional = [j for j in range(X.shape[1]) if j not in required]
+        if len(optional) > EXHAUSTIVE_MAX:
+            return self._forward(X, y, required, optional, splits, lower)
+        scored: list[tuple[float, float, list[int]]] = []
+        for mask in range(1 << len(optional)):
+            cols = sorted(required + [j for k, j in enumerate(optional) if mask >> k & 1])
+            if cols:
+                scored.append((*self._cv_errors(X, y, cols, splits, lower), cols))
+        best, best_se, _ = min(scored, key=lambda t: t[0])
+        limit = best + max(best_se, self.tol * best) + SELECTION_ABS_TOL
+        # Inside the band the scores are indistinguishable: the fewest columns, then the
+        # earliest in the candidate order — never the noisy score — decide, so the same
+        # subset wins run after run until another one truly leaves the band.
+        within = [(len(cols), cols, score) for score, _, cols in scored if score <= limit]
+        _, cols, score = min(within)
+        return cols, score
+
+    def _forward(
+        self,
+        X: FloatArray,
+        y: FloatArray,
+        required: list[int],
+        optional: list[int],
+        splits: list[tuple[Any, Any]],
+        lower: FloatArray,
+    ) -> tuple[list[int], float]:
+        cols = sorted(required)
+        best = self._cv_mape(X, y, cols, splits, lower) if cols else np.inf
+        while len(cols) < X.shape[1]:
+            score, j = min(
+                (self._cv_mape(X, y, sorted([*cols, j]), splits, lower), j)
+                for j in optional
+                if j not in cols
+            )
+            if not score < best * (1.0 - self.tol):
+                break
+            cols = sorted([*cols, j])
+            best = score
+        return cols, float(best)
+
+    def cross_validated_mape(
+        self, X: npt.ArrayLike, y: npt.ArrayLike, groups: npt.ArrayLike | None = None
+    ) -> float:
+        """MAPE of the fitted feature set (same bounds) refitted on each fold's training
+        rows and predicting its held-out rows: leave-one-group-out with ``groups``, else
+        shuffled K-fold."""
+        check_is_fitted(self, "coef_")
+        Xa, ya = check_X_y(X, y, dtype=np.float64, y_numeric=True)
+        cols = [j for j in range(len(self.coef_)) if self.support_[j]]
+        return self._cv_mape(Xa, ya, cols, self._splits(len(ya), groups), self._lower_)
 
     def fit(
         self, X: npt.ArrayLike, y: npt.ArrayLike, groups: npt.ArrayLike | None = None
@@ -109,31 +218,33 @@ class RelativeNNLSRegressor(RegressorMixin, BaseEstimator):  # type: ignore[misc
         )
         if len(names) != n_features:
             raise ValueError(f"feature_names has {len(names)} names for {n_features} columns")
+        lower = np.zeros(n_features)
+        if self.lower_bounds is not None:
+            lower = np.asarray(self.lower_bounds, dtype=np.float64)
+            if lower.shape != (n_features,) or not np.all(np.isfinite(lower) & (lower >= 0)):
+                raise ValueError(f"lower_bounds must be {n_features} finite values ≥ 0")
+        required = (
+            [names.index(f) for f in self.required]
+            if self.required is not None
+            else [j for j in range(n_features) if lower[j] > 0]
+        )
         splits = self._splits(len(ya), groups)
         if self.select == "all":
             cols = list(range(n_features))
-            best = self._cv_mape(Xa, ya, cols, splits)
+            best = self._cv_mape(Xa, ya, cols, splits, lower)
         elif self.select == "cv":
-            cols, best = [], np.inf
-            while len(cols) < n_features:
-                trials = [
-                    (self._cv_mape(Xa, ya, [*cols, j], splits), j)
-                    for j in range(n_features)
-                    if j not in cols
-                ]
-                score, j = min(trials)
-                if not score < best * (1.0 - self.tol):
-                    break
-                cols.append(j)
-                best = score
-            cols.sort()
+            cols, best = self._select(Xa, ya, required, splits, lower)
         else:
             raise ValueError(f"select must be 'cv' or 'all', not {self.select!r}")
         coef = np.zeros(n_features)
-        coef[cols] = _nnls_relative(Xa[:, cols], ya)
+        coef[cols] = bounded_relative_lsq(Xa[:, cols], ya, lower[cols])
+        self._lower_ = lower
         self.coef_ = coef
-        self.support_ = coef > 0
-        self.selected_features_ = [names[j] for j in range(n_features) if coef[j] > 0]
+        self.support_ = np.isin(np.arange(n_features), cols) & (coef > 0)
+        self.selected_features_ = [names[j] for j in range(n_features) if self.support_[j]]
+        self.at_lower_bound_ = [
+            names[j] for j in cols if lower[j] > 0 and coef[j] <= lower[j] * (1 + 1e-9)
+        ]
         self.cv_mape_ = float(best)
         self.train_mape_ = mape(ya, Xa @ coef)
         return self
