@@ -51,7 +51,7 @@ demo: $(VENV)/.core
 lint: $(VENV)/.full
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check shardmeter operator bench-job tests
-	$(VENV)/bin/mypy shardmeter operator/shardmeter_operator
+	$(VENV)/bin/mypy shardmeter operator/shardmeter_operator bench-job/shardmeter_bench bench-job/shardmeter_torchtitan
 	$(VENV)/bin/lint-imports --no-cache
 
 pytest: $(VENV)/.full tools

@@ -146,7 +146,7 @@ def test_scale_range_by_device() -> None:
 
 
 def test_max_memory_gib_is_the_cpu_budget_only() -> None:
-    from shardmeter_bench.pipeline import RunConfig
+    from shardmeter_bench.runconfig import RunConfig
 
     cpu = RunConfig(mode="compute", device_type="cpu", scale="full", max_memory_gib=3.0)
     assert cpu.scale_range.max_process_bytes == 3.0 * 2**30

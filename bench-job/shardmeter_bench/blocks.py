@@ -78,7 +78,8 @@ class Attention(nn.Module):
         out = scaled_dot_product_attention(
             q, k, v, is_causal=True, enable_gqa=self.kv_heads != self.heads
         )
-        return self.o_proj(out.transpose(1, 2).reshape(b, s, -1))
+        projected: torch.Tensor = self.o_proj(out.transpose(1, 2).reshape(b, s, -1))
+        return projected
 
 
 class SwiGLU(nn.Module):
@@ -89,7 +90,8 @@ class SwiGLU(nn.Module):
         self.down_proj = nn.Linear(intermediate, hidden, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(silu(self.gate_proj(x)) * self.up_proj(x))
+        out: torch.Tensor = self.down_proj(silu(self.gate_proj(x)) * self.up_proj(x))
+        return out
 
 
 class Block(nn.Module):
@@ -104,7 +106,8 @@ class Block(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.attn(self.input_norm(x))
-        return x + self.mlp(self.post_attn_norm(x))
+        out: torch.Tensor = x + self.mlp(self.post_attn_norm(x))
+        return out
 
 
 class Head(nn.Module):

@@ -305,7 +305,7 @@ def main(argv: Sequence[str] | None = None, exits_after: bool = False) -> int:
     try:
         import torch
 
-        from shardmeter_bench import pipeline
+        from shardmeter_bench import pipeline, runconfig
         from shardmeter_bench.device import check_device
         from shardmeter_bench.distributed import DistContext
 
@@ -315,7 +315,7 @@ def main(argv: Sequence[str] | None = None, exits_after: bool = False) -> int:
             torch.set_num_threads(threads)
         ctx = DistContext.from_env()
         check_device(device_type)
-        cfg = pipeline.RunConfig(
+        cfg = runconfig.RunConfig(
             mode=args.mode,
             device_type=device_type,
             scale=args.scale,
@@ -362,8 +362,8 @@ def main(argv: Sequence[str] | None = None, exits_after: bool = False) -> int:
 
 def _print_result(result: object) -> None:
     from shardmeter_bench.fit import render_summary
-    from shardmeter_bench.pipeline import RunResult
     from shardmeter_bench.report import render_markdown
+    from shardmeter_bench.runconfig import RunResult
 
     assert isinstance(result, RunResult)
     if result.summary:

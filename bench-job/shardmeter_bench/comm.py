@@ -172,7 +172,7 @@ def measure(
                 seconds, exact = time_collective(ctx, name, payload, ranks, group, plan)
                 samples.append(
                     CommSample(
-                        collective=name,  # type: ignore[arg-type]
+                        collective=name,
                         role=role,
                         payload_bytes=float(exact),
                         ranks=ranks,

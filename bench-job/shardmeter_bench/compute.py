@@ -68,7 +68,8 @@ def time_optimizer_step(
 ) -> tuple[float, float]:
     """(parameters stepped, median seconds) of ``torch.optim.AdamW`` over one rank's FP32
     shards, capped at ``budget`` elements (the whole shard set when it fits)."""
-    sizes, total = [], 0
+    sizes: list[int] = []
+    total = 0
     for n in shard_sizes(spec, gpus):
         if sizes and total + n > budget:
             break

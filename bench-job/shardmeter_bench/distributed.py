@@ -276,7 +276,7 @@ def spawn(
     with tempfile.TemporaryDirectory(prefix="shardmeter-bench-") as folder:
         port = free_port()
         try:
-            mp.start_processes(
+            mp.start_processes(  # type: ignore[attr-defined,no-untyped-call]  # unannotated
                 _worker,
                 args=(nprocs, port, device_type, timeout_s, threads, fn, payload, folder, log_json),
                 nprocs=nprocs,

@@ -82,7 +82,7 @@ def measure_fsdp_step(
             local.append(time.perf_counter() - start)
     times = torch.tensor(local, dtype=torch.float64, device=device)
     dist.all_reduce(times, op=dist.ReduceOp.MAX)
-    return statistics.median(times.cpu().tolist())
+    return float(statistics.median(times.cpu().tolist()))
 
 
 def distributed_validation_phase(

@@ -9,7 +9,7 @@ what users train, not the benchmark's own block.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -66,8 +66,12 @@ def build_hf_model(
 
 
 def decoder_layers(model: nn.Module) -> list[nn.Module]:
-    return list(model.model.layers)  # type: ignore[union-attr]
+    """The decoder layers of a Hugging Face causal LM (``model.model.layers``)."""
+    layers: list[nn.Module] = list(cast(Any, model).model.layers)
+    return layers
 
 
 def input_embeddings(model: nn.Module) -> nn.Module:
-    return model.model.embed_tokens  # type: ignore[union-attr]
+    """The token embedding of a Hugging Face causal LM (``model.model.embed_tokens``)."""
+    embedding: nn.Module = cast(Any, model).model.embed_tokens
+    return embedding

@@ -15,14 +15,14 @@ from shardmeter_bench import distributed
 from shardmeter_bench.distributed import DistContext
 from shardmeter_bench.fsdp_step import DistributedValidation, distributed_validation_phase
 from shardmeter_bench.logs import get_logger
-from shardmeter_bench.pipeline import (
+from shardmeter_bench.report import build_report
+from shardmeter_bench.runconfig import (
     Interleaved,
     RunConfig,
     comm_ranks,
     validation_comm_plan,
     validation_share,
 )
-from shardmeter_bench.report import build_report
 from shardmeter_bench.unseen import unseen_cases
 from shardmeter_bench.validate import (
     ModelResult,

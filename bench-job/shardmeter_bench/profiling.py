@@ -66,7 +66,7 @@ class RangeRecorder:
             self._open[(unit, phase)] = self.clock()
             return
         rf = record_function(f"{RANGE_PREFIX}{unit}|{phase}|{self.iteration}")
-        rf.__enter__()
+        rf.__enter__()  # type: ignore[no-untyped-call]  # torch leaves it unannotated
         self._open[(unit, phase)] = rf
 
     def _exit(self, unit: str, phase: str) -> None:
@@ -78,28 +78,43 @@ class RangeRecorder:
         else:
             opened.__exit__(None, None, None)
 
+    def _unit_hooks(self, unit: str, module: torch.nn.Module) -> list[Any]:
+        """Open and close ``unit``'s forward and backward ranges around ``module``."""
+
+        def forward_pre(_m: Any, _a: Any) -> None:
+            self._enter(unit, "fwd")
+
+        def forward(_m: Any, _a: Any, _o: Any) -> None:
+            self._exit(unit, "fwd")
+
+        def backward_pre(_m: Any, _g: Any) -> None:
+            self._enter(unit, "bwd")
+
+        def backward(_m: Any, _gi: Any, _go: Any) -> None:
+            self._exit(unit, "bwd")
+
+        return [
+            module.register_forward_pre_hook(forward_pre),
+            module.register_forward_hook(forward),
+            module.register_full_backward_pre_hook(backward_pre),
+            module.register_full_backward_hook(backward),
+        ]
+
     def attach(self, model: UnitModel) -> RangeRecorder:
         units: list[tuple[str, torch.nn.Module]] = [
             *((f"block{i}", b) for i, b in enumerate(model.blocks)),
             ("head", model.head),
         ]
         for unit, module in units:
-            self._handles += [
-                module.register_forward_pre_hook(lambda _m, _a, u=unit: self._enter(u, "fwd")),
-                module.register_forward_hook(lambda _m, _a, _o, u=unit: self._exit(u, "fwd")),
-                module.register_full_backward_pre_hook(
-                    lambda _m, _g, u=unit: self._enter(u, "bwd")
-                ),
-                module.register_full_backward_hook(
-                    lambda _m, _gi, _go, u=unit: self._exit(u, "bwd")
-                ),
-            ]
+            self._handles += self._unit_hooks(unit, module)
         emb = model.embedding
 
         def emb_forward(_m: Any, _a: Any, out: torch.Tensor) -> None:
             self._exit("embedding", "fwd")
             if out.requires_grad:
-                out.register_hook(lambda _g: self._enter("embedding", "bwd"))
+                out.register_hook(  # type: ignore[no-untyped-call]  # unannotated in torch
+                    lambda _g: self._enter("embedding", "bwd")
+                )
 
         self._handles += [
             emb.register_forward_pre_hook(lambda _m, _a: self._enter("embedding", "fwd")),
@@ -107,7 +122,7 @@ class RangeRecorder:
         ]
         if emb.weight.requires_grad:
             self._handles.append(
-                emb.weight.register_post_accumulate_grad_hook(
+                emb.weight.register_post_accumulate_grad_hook(  # type: ignore[no-untyped-call]
                     lambda _p: self._exit("embedding", "bwd")
                 )
             )

@@ -46,14 +46,18 @@ def _api_client() -> tuple[Any, str | None]:
 
     configuration = client.Configuration()
     try:
-        config.load_incluster_config(client_configuration=configuration)
+        config.load_incluster_config(  # type: ignore[no-untyped-call]  # unannotated upstream
+            client_configuration=configuration
+        )
         return client.ApiClient(configuration), None
     except config.ConfigException:
         pass
     path = os.environ.get("KUBECONFIG") or None
     try:
-        api = config.new_client_from_config(config_file=path)
-        _, active = config.list_kube_config_contexts(config_file=path)
+        api = config.new_client_from_config(config_file=path)  # type: ignore[no-untyped-call]
+        _, active = config.list_kube_config_contexts(  # type: ignore[no-untyped-call]
+            config_file=path
+        )
     except (config.ConfigException, OSError, TypeError) as exc:
         raise PublishError(
             f"no Kubernetes credentials: not in a cluster and no usable kubeconfig ({exc})"
@@ -84,7 +88,7 @@ def configmap_data(doc: CoefficientsDocument) -> dict[str, str]:
 def publish_configmap(doc: CoefficientsDocument, name: str, namespace: str | None) -> str:
     """Patch ConfigMap ``namespace/name``'s data; returns ``namespace/name``."""
     from kubernetes import client
-    from kubernetes.client.rest import ApiException
+    from kubernetes.client.exceptions import ApiException
     from urllib3.exceptions import HTTPError
 
     api_client, context_ns = _api_client()

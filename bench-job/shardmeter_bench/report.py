@@ -33,7 +33,7 @@ def _mean(values: Sequence[float]) -> float | None:
 def unseen_summary(results: Sequence[ModelResult]) -> dict[str, Any] | None:
     """Per (unseen model, size) point: measured, predicted and error, forward and backward;
     the median and maximum error over the points (None when no unseen model was measured)."""
-    points = []
+    points: list[dict[str, Any]] = []
     for r in results:
         if r.suite != UNSEEN:
             continue
@@ -54,7 +54,7 @@ def unseen_summary(results: Sequence[ModelResult]) -> dict[str, Any] | None:
         return None
     out: dict[str, Any] = {"points": points, "goal": {"median": GOAL_MEDIAN, "max": GOAL_MAX}}
     for phase in ("fwd", "bwd"):
-        errors = [p[f"{phase}_error"] for p in points]
+        errors = [float(p[f"{phase}_error"]) for p in points]
         out[f"{phase}_median"] = statistics.median(errors)
         out[f"{phase}_max"] = max(errors)
     out["meets_goal"] = all(

@@ -3,7 +3,7 @@ eight architectures the fit never saw (hidden 448–2048; multi-head, grouped-qu
 multi-query attention; vocabularies 32 K–152 K, tied and untied), measured in the same
 process as the catalog and *interleaved with it* — a model after every few catalog shapes,
 each model twice, in the first and in the second half of the catalog, its timed iterations
-pooled (`pipeline.VALIDATION_PASSES`) — so a host whose speed drifts over minutes drifts for
+pooled (`runconfig.VALIDATION_PASSES`) — so a host whose speed drifts over minutes drifts for
 the fit and the truth alike.
 
 Each model is built at 2–4 layers and timed at two sizes; the error of each (model, size)
