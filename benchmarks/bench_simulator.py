@@ -14,8 +14,8 @@ from collections.abc import Callable
 from shardmeter.cost.model import CostModel
 from shardmeter.sim.diloco import IslandSteps, simulate_diloco
 from shardmeter.sim.fsdp import FSDPDurations, simulate_fsdp_step
-from shardmeter.spec.hardware import PoolSpec
 from shardmeter.spec.model import MODEL_PRESETS
+from shardmeter.spec.pool import PoolSpec
 from shardmeter.spec.training import StreamingSettings, TrainingSpec
 
 

@@ -35,9 +35,9 @@ from shardmeter.spec.hardware import (
     GPUSpec,
     LinkSpec,
     NetworkSpec,
-    PoolSpec,
 )
 from shardmeter.spec.model import MODEL_PRESETS, TransformerSpec
+from shardmeter.spec.pool import PoolSpec
 from shardmeter.spec.presets import normalise_name, resolve
 from shardmeter.spec.training import TrainingSpec
 

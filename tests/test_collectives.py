@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from shardmeter.cost.model import CostModel
-from shardmeter.spec.hardware import PoolSpec
 from shardmeter.spec.model import MODEL_PRESETS
+from shardmeter.spec.pool import PoolSpec
 from shardmeter.spec.training import TrainingSpec
 
 GB = 1e9

@@ -11,8 +11,9 @@ from shardmeter.cost.features import Target
 from shardmeter.cost.model import CostModel
 from shardmeter.cost.priors import prior_coefficients
 from shardmeter.errors import SpecError
-from shardmeter.spec.hardware import GPU_PRESETS, PoolSpec
+from shardmeter.spec.hardware import GPU_PRESETS
 from shardmeter.spec.model import MODEL_PRESETS, TransformerSpec
+from shardmeter.spec.pool import PoolSpec
 from shardmeter.spec.training import Precision, TrainingSpec
 from strategies import transformer_specs
 

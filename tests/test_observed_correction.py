@@ -24,8 +24,8 @@ from shardmeter.cost.observed import (
 from shardmeter.cost.priors import pool_priors
 from shardmeter.sim.calibrate import MIN_SCALE, fit_compute_scale, step_at_scale
 from shardmeter.sim.scenario import IslandShape, IslandStepModel
-from shardmeter.spec.hardware import PoolSpec
 from shardmeter.spec.model import MODEL_PRESETS
+from shardmeter.spec.pool import PoolSpec
 from shardmeter.spec.training import TrainingSpec
 from strategies import transformer_specs
 

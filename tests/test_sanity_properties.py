@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from shardmeter.cost.model import CostModel
 from shardmeter.sim.fsdp import FSDPDurations
 from shardmeter.sim.scenario import IslandShape, IslandStepModel
-from shardmeter.spec.hardware import PoolSpec
 from shardmeter.spec.model import MODEL_PRESETS, MLPKind, TransformerSpec
+from shardmeter.spec.pool import PoolSpec
 from shardmeter.spec.training import ActivationCheckpointing, GradientSync, TrainingSpec
 
 MODES = list(ActivationCheckpointing)

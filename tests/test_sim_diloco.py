@@ -14,8 +14,9 @@ from shardmeter.sim.engine import Kind
 from shardmeter.sim.outer import IslandPlacement, outer_link, wan_link
 from shardmeter.sim.scenario import DiLoCoIsland, IslandShape, resolve_settings, simulate_islands
 from shardmeter.sim.settings import closed_form_blocking, search_settings
-from shardmeter.spec.hardware import LINK_PRESETS, PoolSpec
+from shardmeter.spec.hardware import LINK_PRESETS
 from shardmeter.spec.model import MODEL_PRESETS
+from shardmeter.spec.pool import PoolSpec
 from shardmeter.spec.training import StrategySpec, StreamingSettings, TrainingSpec
 
 

@@ -20,8 +20,8 @@ from shardmeter.sim.fsdp import (
     simulate_fsdp_step,
 )
 from shardmeter.sim.scenario import IslandShape, IslandStepModel
-from shardmeter.spec.hardware import PoolSpec
 from shardmeter.spec.model import MODEL_PRESETS
+from shardmeter.spec.pool import PoolSpec
 from shardmeter.spec.training import GradientSync, TrainingSpec
 
 LAST = GradientSync.LAST_MICRO_BATCH

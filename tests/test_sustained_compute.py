@@ -12,8 +12,9 @@ from shardmeter.cost.coefficients import Source
 from shardmeter.cost.gemm import block_wave_efficiency, wave_efficiency
 from shardmeter.cost.model import CostModel
 from shardmeter.cost.power import sustained_clock_ratio
-from shardmeter.spec.hardware import GPU_PRESETS, PoolSpec, mamf_duty_cycle
+from shardmeter.spec.hardware import GPU_PRESETS, mamf_duty_cycle
 from shardmeter.spec.model import MODEL_PRESETS
+from shardmeter.spec.pool import PoolSpec
 from shardmeter.spec.training import TrainingSpec
 
 

@@ -10,8 +10,8 @@ from shardmeter.cost.memory import memory_breakdown
 from shardmeter.cost.model import CostModel
 from shardmeter.errors import SpecError
 from shardmeter.sim.scenario import IslandShape, IslandStepModel, best_gradient_sync
-from shardmeter.spec.hardware import PoolSpec
 from shardmeter.spec.model import MODEL_PRESETS, TransformerSpec
+from shardmeter.spec.pool import PoolSpec
 from shardmeter.spec.training import ActivationCheckpointing, GradientSync, TrainingSpec
 
 M8B = MODEL_PRESETS["llama-3.1-8b"]

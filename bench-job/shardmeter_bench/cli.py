@@ -21,7 +21,8 @@ from typing import Any, NoReturn
 from pydantic import TypeAdapter, ValidationError
 
 from shardmeter.errors import ShardMeterError, spec_error_from_validation
-from shardmeter.spec.hardware import GPURef, GPUSpec, LinkRef, LinkSpec
+from shardmeter.spec.hardware import GPUSpec, LinkSpec
+from shardmeter.spec.pool import GPURef, LinkRef
 from shardmeter_bench import __version__, errors, logs
 from shardmeter_bench.catalog import MAX_CONFIGS
 from shardmeter_bench.errors import BenchError, UsageError

@@ -21,8 +21,8 @@ import torch
 from shardmeter.cost.coefficients import CoefficientsDocument
 from shardmeter.cost.model import CostModel
 from shardmeter.sim.fsdp import FSDPDurations, simulate_fsdp_step
-from shardmeter.spec.hardware import PoolSpec
 from shardmeter.spec.model import MODEL_PRESETS, MLPKind, NormKind, TransformerSpec
+from shardmeter.spec.pool import PoolSpec
 from shardmeter.spec.training import TrainingSpec
 from shardmeter_bench.device import (
     compute_clock,

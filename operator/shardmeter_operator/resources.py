@@ -19,7 +19,7 @@ from pydantic.alias_generators import to_camel
 
 from shardmeter.plan.schema import PlanRequest
 from shardmeter.spec.base import SpecEnum, SpecModel
-from shardmeter.spec.hardware import PoolHardware
+from shardmeter.spec.pool import PoolHardware
 from shardmeter.spec.training import StreamingSettings
 from shardmeter_operator.observed_status import (
     IslandObservation,

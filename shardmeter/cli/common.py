@@ -18,7 +18,6 @@ from shardmeter.cli.specflags import SpecFlag, add_spec_flags, flag_names, spec_
 from shardmeter.cost.coefficients import CoefficientsDocument
 from shardmeter.cost.model import CostModel
 from shardmeter.errors import SpecError
-from shardmeter.spec.hardware import PoolHardware, PoolSpec
 from shardmeter.spec.loading import (
     gpu_from_arg,
     link_from_arg,
@@ -27,6 +26,7 @@ from shardmeter.spec.loading import (
     read_document,
     validate,
 )
+from shardmeter.spec.pool import PoolHardware, PoolSpec
 from shardmeter.spec.training import ActivationCheckpointing, TrainingSpec
 
 TRAINING_FLAGS = tuple(

@@ -56,8 +56,9 @@ from shardmeter.cost.units import (
     WorkSplit,
 )
 from shardmeter.errors import SpecError
-from shardmeter.spec.hardware import GPUSpec, PoolSpec
+from shardmeter.spec.hardware import GPUSpec
 from shardmeter.spec.model import MLPKind, TransformerSpec
+from shardmeter.spec.pool import PoolSpec
 from shardmeter.spec.training import (
     ActivationCheckpointing,
     GradientSync,

@@ -46,8 +46,9 @@ from shardmeter.cost.elementwise import (
     head_bytes,
 )
 from shardmeter.cost.features import Target
-from shardmeter.spec.hardware import GPUSpec, LinkKind, LinkSpec, NetworkSpec, PoolHardware
+from shardmeter.spec.hardware import GPUSpec, LinkKind, LinkSpec, NetworkSpec
 from shardmeter.spec.model import MODEL_PRESETS, TransformerSpec
+from shardmeter.spec.pool import PoolHardware
 from shardmeter.spec.training import Precision
 
 LINK_EFFICIENCY_BY_KIND: dict[LinkKind, float] = {

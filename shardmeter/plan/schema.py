@@ -13,9 +13,9 @@ from pydantic.alias_generators import to_camel
 
 from shardmeter.errors import SpecError
 from shardmeter.spec.base import SpecEnum, SpecModel
-from shardmeter.spec.hardware import PoolHardware, PoolSpec
 from shardmeter.spec.loading import parse_text, read_document, read_text, validate
 from shardmeter.spec.model import ModelRef
+from shardmeter.spec.pool import PoolHardware, PoolSpec
 from shardmeter.spec.training import MAX_ISLANDS, StrategySpec, TrainingSpec
 
 

@@ -1,8 +1,9 @@
 """Typed input specifications: models, hardware, training and strategy (pydantic v2)."""
 
 from shardmeter.spec.base import SpecModel
-from shardmeter.spec.hardware import GPUSpec, LinkKind, LinkSpec, PoolSpec
+from shardmeter.spec.hardware import GPUSpec, LinkKind, LinkSpec
 from shardmeter.spec.model import MLPKind, TransformerSpec
+from shardmeter.spec.pool import PoolSpec
 from shardmeter.spec.training import Precision, StrategyKind, StrategySpec, TrainingSpec
 
 __all__ = [
