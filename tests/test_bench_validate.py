@@ -14,8 +14,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from shardmeter.cost.coefficients import CommSample, LinkRole
+from shardmeter.cost.collectives import link_ring_seconds
 from shardmeter.cost.priors import prior_coefficients
-from shardmeter.cost.regression import ring_seconds
 from shardmeter.spec.hardware import LINK_PRESETS, GPUSpec
 from shardmeter.spec.model import MODEL_PRESETS
 from shardmeter.spec.training import Precision
@@ -215,7 +215,7 @@ def test_report_has_the_papers_table_shape(tmp_path: Path) -> None:
         "ranks": 2,
     }
     fit = DOC.communication[LinkRole.INTRA_NODE]["all_reduce"]
-    truth = ring_seconds("all_reduce", 2**20, 2, fit.latency_s, fit.seconds_per_byte)
+    truth = link_ring_seconds("all_reduce", 2**20, 2, fit.latency_s, fit.seconds_per_byte)
     coll = [CommSample(collective="all_reduce", role=LinkRole.INTRA_NODE, payload_bytes=2**20,
                        ranks=2, seconds=truth * 1.25)]  # fmt: skip
     report = build_report(DOC, results, coll, {"machine": "test box", "sizes": "1×48"})

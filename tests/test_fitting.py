@@ -19,6 +19,7 @@ from shardmeter.cost.coefficients import (
     MemorySample,
     Source,
 )
+from shardmeter.cost.collectives import link_ring_seconds
 from shardmeter.cost.features import CANDIDATE_FEATURES, Target, feature_values
 from shardmeter.cost.fitting import (
     calibrate_memory,
@@ -30,7 +31,6 @@ from shardmeter.cost.fitting import (
 from shardmeter.cost.floors import FLOPS_PER_UNIT, demonstrated_flop_per_s, lower_bounds
 from shardmeter.cost.memory import activation_bytes_per_token
 from shardmeter.cost.priors import prior_coefficients
-from shardmeter.cost.regression import ring_seconds
 from shardmeter.errors import SpecError
 from shardmeter.spec.hardware import GPU_PRESETS, LINK_PRESETS
 from shardmeter.spec.model import TransformerSpec
@@ -266,7 +266,7 @@ def comm_samples(role: LinkRole, latency: float, spb: float) -> list[CommSample]
                         role=role,
                         payload_bytes=float(d),
                         ranks=p,
-                        seconds=ring_seconds(coll, float(d), p, latency, spb),
+                        seconds=link_ring_seconds(coll, float(d), p, latency, spb),
                     )
                 )
     return out

@@ -46,6 +46,7 @@ def test_the_layer_contracts_hold() -> None:
         ("cost/model.py", "import shardmeter.plan.search", "The model's layers"),
         ("plan/search.py", "import kopf", "The model is pure"),
         ("plan/schema.py", "import shardmeter.plan.search", "No import cycles"),
+        ("sim/outer.py", "import shardmeter.cost.regression", "The operator stays light"),
     ],
 )
 def test_a_wrong_way_import_breaks_a_contract(

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from shardmeter.cost.coefficients import CoefficientsDocument, CommSample
-from shardmeter.cost.regression import ring_seconds
+from shardmeter.cost.collectives import link_ring_seconds
 from shardmeter_bench.unseen import UNSEEN
 from shardmeter_bench.validate import ModelResult
 
@@ -95,7 +95,7 @@ def collective_rows(
     out: dict[str, dict[str, Any]] = defaultdict(lambda: {"points": []})
     for s in measured:
         fit = doc.communication[s.role][s.collective]
-        predicted = ring_seconds(
+        predicted = link_ring_seconds(
             s.collective, s.payload_bytes, s.ranks, fit.latency_s, fit.seconds_per_byte
         )
         out[s.collective]["points"].append(

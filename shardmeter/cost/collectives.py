@@ -33,6 +33,17 @@ def ring_factor(collective: str) -> int:
     return 2 if collective == "all_reduce" else 1
 
 
+def link_ring_seconds(
+    collective: str, payload_bytes: float, ranks: int, latency_s: float, seconds_per_byte: float
+) -> float:
+    """Ring collective time over P ranks on one kind of link, for a full payload of D bytes:
+    k·(P−1)·(L + β·D/P) — the form the bench Job fits per link (`RingCollectiveRegressor`)."""
+    if ranks <= 1:
+        return 0.0
+    per_step = latency_s + seconds_per_byte * payload_bytes / ranks
+    return ring_factor(collective) * (ranks - 1) * per_step
+
+
 @dataclass(frozen=True)
 class Topology:
     """What the collective model needs to know about an island's hardware."""

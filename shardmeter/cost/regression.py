@@ -25,6 +25,8 @@ from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.model_selection import KFold, LeaveOneGroupOut
 from sklearn.utils.validation import check_is_fitted, check_X_y, validate_data
 
+from shardmeter.cost.collectives import ring_factor
+
 FloatArray = npt.NDArray[np.float64]
 EXHAUSTIVE_MAX = 10
 """Feature selection tries every subset of up to this many optional features."""
@@ -263,24 +265,6 @@ class RelativeNNLSRegressor(RegressorMixin, BaseEstimator):  # type: ignore[misc
             else [f"x{j}" for j in range(len(self.coef_))]
         )
         return {n: float(c) for n, c in zip(names, self.coef_, strict=True) if c > 0}
-
-
-def ring_factor(collective: str) -> int:
-    """k in T = k·(P−1)·(L + β·D/P): 2 for all_reduce (reduce_scatter + all_gather), else 1."""
-    return 2 if collective == "all_reduce" else 1
-
-
-def ring_seconds(
-    collective: str, payload_bytes: float, ranks: int, latency_s: float, seconds_per_byte: float
-) -> float:
-    """Ring collective time over P ranks for a full payload of D bytes."""
-    if ranks <= 1:
-        return 0.0
-    return (
-        ring_factor(collective)
-        * (ranks - 1)
-        * (latency_s + seconds_per_byte * payload_bytes / ranks)
-    )
 
 
 class RingCollectiveRegressor(RegressorMixin, BaseEstimator):  # type: ignore[misc]

@@ -16,8 +16,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from scipy.optimize import brentq
-
 from shardmeter.sim.fsdp import DEFAULT_MAX_INFLIGHT, FSDPDurations
 from shardmeter.sim.scenario import extrapolated_step_s, first_steps_s
 from shardmeter.spec.training import GradientSync
@@ -68,6 +66,10 @@ def fit_compute_scale(
         return ScaleFit(MIN_SCALE, predicted, low, math.isclose(observed_step_s, low))
     if observed_step_s >= high:
         return ScaleFit(MAX_SCALE, predicted, high, math.isclose(observed_step_s, high))
+    # imported here: scipy.optimize costs ~40 MiB resident, and the operator needs it only
+    # for plans whose islands it observes
+    from scipy.optimize import brentq
+
     root = brentq(
         lambda log_k: step(math.exp(log_k)) - observed_step_s,
         math.log(MIN_SCALE),

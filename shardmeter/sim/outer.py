@@ -22,9 +22,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from shardmeter.cost.coefficients import LinkRole
+from shardmeter.cost.collectives import link_ring_seconds
 from shardmeter.cost.model import CostModel
 from shardmeter.cost.priors import LINK_EFFICIENCY_BY_KIND
-from shardmeter.cost.regression import ring_seconds
 from shardmeter.errors import SpecError
 from shardmeter.spec.hardware import LinkSpec
 
@@ -37,7 +37,7 @@ class OuterLink:
     description: str
 
     def all_reduce_seconds(self, payload_bytes: float, islands: int) -> float:
-        return ring_seconds(
+        return link_ring_seconds(
             "all_reduce",
             payload_bytes / self.parallel_rails,
             islands,
