@@ -34,9 +34,9 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
-from shardmeter.calibration import Prediction, Report, Summary, evaluate
+from shardmeter.calibration import Prediction, Report, Summary, evaluate, load_document
 from shardmeter.cost.model import CostModel
-from shardmeter.errors import ShardMeterError, SpecError
+from shardmeter.errors import ShardMeterError
 
 _ROOT = Path(__file__).resolve().parents[1]
 _CANDIDATES = [
@@ -54,18 +54,6 @@ def _pct(x: float | None, signed: bool = False) -> str:
     if x is None or math.isnan(x):
         return "—"
     return f"{100 * x:+.1f}%" if signed else f"{100 * x:.1f}%"
-
-
-def load(path: str | Path) -> Document:
-    try:
-        document = json.loads(Path(path).read_text())
-    except OSError as exc:
-        raise SpecError(str(path), f"cannot read file ({exc.strerror})") from exc
-    except json.JSONDecodeError as exc:
-        raise SpecError(str(path), f"invalid JSON: {exc.msg} at line {exc.lineno}") from exc
-    if not isinstance(document, dict):
-        raise SpecError(str(path), "must be a JSON object with a 'points' list")
-    return document
 
 
 # ---- mechanisms, each turned off by rewriting the points (or, for one, the cost model) ------
@@ -245,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     documents: dict[str, Document] = {}
     try:
         for path in paths:
-            documents[path] = load(path)
+            documents[path] = load_document(path)
             reports[path] = evaluate(documents[path])
     except ShardMeterError as exc:
         message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__

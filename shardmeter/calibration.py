@@ -347,13 +347,18 @@ def evaluate(document: Mapping[str, Any]) -> Report:
     return Report(predictions, skipped)
 
 
-def read(path: str | Path) -> Report:
+def load_document(path: str | Path) -> dict[str, Any]:
+    """A published-throughput file as its JSON object (errors name the file)."""
     try:
         document = json.loads(Path(path).read_text())
     except OSError as exc:
         raise SpecError(str(path), f"cannot read file ({exc.strerror})") from exc
     except json.JSONDecodeError as exc:
         raise SpecError(str(path), f"invalid JSON: {exc.msg} at line {exc.lineno}") from exc
-    if not isinstance(document, Mapping):
+    if not isinstance(document, dict):
         raise SpecError(str(path), "must be a JSON object with a 'points' list")
-    return evaluate(document)
+    return document
+
+
+def read(path: str | Path) -> Report:
+    return evaluate(load_document(path))
