@@ -24,6 +24,7 @@ from shardmeter_bench.device import (
     release_memory,
     synchronize,
 )
+from shardmeter_bench.isolation import isolated
 from shardmeter_bench.logs import get_logger, progress
 from shardmeter_bench.profiling import profile_shape
 
@@ -193,12 +194,15 @@ def profile_catalog(
     seed: int,
     after_shape: Callable[[int], None] | None = None,
 ) -> ComputeResult:
-    """Every shape in order; ``after_shape(k)`` runs after shape ``k`` (``validate``
-    measures its unseen models there, interleaved with the catalog)."""
+    """Every shape in order, each in a process of its own on a CPU (`isolation`);
+    ``after_shape(k)`` runs after shape ``k`` (``validate`` measures its unseen models there,
+    interleaved with the catalog)."""
     result = ComputeResult()
     started = time.perf_counter()
     for k, shape in enumerate(progress(shapes, total=len(shapes), desc="compute")):
-        one = profile_one_shape(shape, scale, device, dtype, repeats, seed)
+        one = isolated(
+            device, shape.name, profile_one_shape, shape, scale, device, dtype, repeats, seed
+        )
         result.extend(one)
         log.info(
             "shape_done",

@@ -55,14 +55,18 @@ def release_freed_memory() -> bool:
 
 
 def peak_rss_bytes() -> int:
-    """This process's peak resident memory so far (the kernel's ``ru_maxrss``; 0 where the
-    platform has none), logged after every shape and model to see what a budget must hold."""
+    """The peak resident memory so far of this process or of any child it waited for (the
+    kernel's ``ru_maxrss``; 0 where the platform has none) — on a CPU each shape and model is
+    measured in a child (`isolation`) — logged after every shape and model to see what a
+    budget must hold."""
     try:
         import resource
     except ImportError:  # pragma: no cover - not on Linux
         return 0
     scale = 1 if platform.system() == "Darwin" else 1024  # bytes on macOS, KiB on Linux
-    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * scale
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return int(max(own, children)) * scale
 
 
 def check_device(device_type: str) -> None:

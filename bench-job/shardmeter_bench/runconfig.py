@@ -21,6 +21,7 @@ from shardmeter_bench.catalog import ScaleRange, scale_range
 from shardmeter_bench.comm import SMALL_VALIDATION_PAYLOADS, VALIDATION_PAYLOADS, CommPlan
 from shardmeter_bench.device import cpu_model_name, cpu_spec, cuda_spec
 from shardmeter_bench.distributed import DistContext
+from shardmeter_bench.isolation import isolated
 from shardmeter_bench.unseen import unseen_cases
 from shardmeter_bench.validate import (
     ValidationCase,
@@ -130,8 +131,9 @@ class Interleaved:
     def measure(self, j: int, device: torch.device, cfg: RunConfig) -> None:
         """Item ``j`` of the schedule: pass ``j // len(cases)`` of case ``j % len(cases)``."""
         case = self.cases[j % len(self.cases)]
-        self.rows += measure_case(
-            case, device, cfg.dtype, self.repeats_per_pass(cfg.repeats), cfg.seed
+        repeats = self.repeats_per_pass(cfg.repeats)
+        self.rows += isolated(
+            device, case.key, measure_case, case, device, cfg.dtype, repeats, cfg.seed
         )
 
 
@@ -150,7 +152,7 @@ def machine_description(cfg: RunConfig, ctx: DistContext) -> str:
 
 def device_spec(cfg: RunConfig, device: torch.device) -> tuple[GPUSpec, list[str]]:
     if cfg.device_type == "cpu":
-        return cpu_spec(torch.get_num_threads())
+        return isolated(device, "the device probes", cpu_spec, torch.get_num_threads())
     return cuda_spec(cfg.gpu, device)
 
 

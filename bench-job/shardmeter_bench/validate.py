@@ -33,6 +33,7 @@ from shardmeter_bench.device import (
 )
 from shardmeter_bench.footprint import process_bytes
 from shardmeter_bench.hf_models import build_hf_model
+from shardmeter_bench.isolation import isolated
 from shardmeter_bench.logs import get_logger, progress
 
 log = get_logger(__name__)
@@ -332,11 +333,12 @@ def measure_models(
     repeats: int,
     seed: int,
 ) -> list[dict[str, Any]]:
-    """Measured forward/backward seconds of every case and size (no predictions: the
-    process measuring may not hold the coefficients)."""
+    """Measured forward/backward seconds of every case and size, each case in a process
+    of its own on a CPU (`isolation`); no predictions: the process measuring may not hold the
+    coefficients."""
     rows: list[dict[str, Any]] = []
     for case in progress(cases, total=len(cases), desc="validate"):
-        rows += measure_case(case, device, dtype, repeats, seed)
+        rows += isolated(device, case.key, measure_case, case, device, dtype, repeats, seed)
     return rows
 
 
