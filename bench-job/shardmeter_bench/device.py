@@ -46,8 +46,9 @@ def release_freed_memory() -> bool:
     after each shape and model, and before spawning ranks — so what the next one needs is
     free. The allocator is otherwise left as a training process has it (glibc's defaults:
     large blocks are mapped and unmapped, so every iteration page-faults its fresh gradient
-    buffers, a cost in parameters the ``p_block``/``v_h`` features carry). glibc only;
-    returns whether anything was released."""
+    buffers, a cost in parameters the ``p_block``/``v_h`` features carry); that every
+    measurement starts from the same heap is `isolation`'s job. glibc only; returns whether
+    anything was released."""
     libc = _glibc()
     if libc is None:
         return False

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import pickle
 import signal
 from collections.abc import Callable
 from multiprocessing.connection import Connection
@@ -45,9 +46,10 @@ def _child(conn: Connection, fn: Callable[..., Any], args: tuple[Any, ...]) -> N
         result = fn(*args)
     except BaseException as exc:  # every failure goes back to the parent
         try:
-            conn.send((False, exc))
-        except Exception:  # an exception that cannot be pickled
-            conn.send((False, RuntimeError(f"{type(exc).__name__}: {exc}")))
+            pickle.loads(pickle.dumps(exc))  # the parent must be able to rebuild it
+        except Exception:
+            exc = RuntimeError(f"{type(exc).__name__}: {exc}")
+        conn.send((False, exc))
     else:
         conn.send((True, result))
     finally:
