@@ -62,7 +62,7 @@ def measure_fsdp_step(
     device = torch_device(job.device_type, ctx.local_rank)
     model = build_hf_model(case.spec, case.layers, device, torch.float32, job.seed)
     _shard(model, mesh, case.spec.tie_embeddings, job.bf16)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)  # torchtitan's default
     gen = torch.Generator(device="cpu").manual_seed(job.seed + ctx.rank)
     ids = torch.randint(0, case.spec.vocab_size, (case.micro_batch, case.seq_len), generator=gen)
     ids = ids.to(device)
