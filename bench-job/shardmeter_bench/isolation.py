@@ -72,7 +72,8 @@ def isolated(device: torch.device, what: str, fn: Callable[..., T], *args: Any) 
         return fn(*args)
     ctx = multiprocessing.get_context("fork")
     reader, writer = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_child, args=(writer, fn, args), name=f"bench-{what}")
+    # daemonic: a bench that exits on an error or an interrupt does not wait for the child
+    proc = ctx.Process(target=_child, args=(writer, fn, args), name=f"bench-{what}", daemon=True)
     proc.start()
     writer.close()
     try:
