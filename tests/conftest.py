@@ -3,6 +3,7 @@ modules import as ``support.*``."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,3 +20,15 @@ settings.load_profile("default")
 @pytest.fixture
 def repo() -> Path:
     return REPO
+
+
+@pytest.fixture
+def one_thread() -> Iterator[None]:
+    """One intra-op torch thread for the test (the bench's CPU setting), restored after;
+    modules that time or profile torch use it with ``pytestmark``."""
+    import torch  # here, not at the top: most test modules never import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

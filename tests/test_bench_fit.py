@@ -5,7 +5,6 @@ implies, and CPU timing uses this thread's CPU time (what a busy host cannot inf
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import pytest
 import torch
@@ -31,12 +30,7 @@ CPU = GPUSpec(
 )
 
 
-@pytest.fixture(autouse=True)
-def one_thread() -> Iterator[None]:
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def samples_at(rate_flop_per_s: float) -> list[ComputeSample]:

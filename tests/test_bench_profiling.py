@@ -7,7 +7,6 @@ other processes cannot inflate by taking the core; ratios pair ranges of one ite
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,12 +39,7 @@ UNIT_TARGETS = {
 }
 
 
-@pytest.fixture(autouse=True)
-def one_thread() -> Iterator[None]:
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _model(freeze_embedding: bool = False) -> UnitModel:

@@ -192,22 +192,6 @@ def time_forward_backward(
     return forward, backward
 
 
-def measure_forward_backward(
-    model: torch.nn.Module,
-    micro_batch: int,
-    seq_len: int,
-    vocab: int,
-    repeats: int,
-    warmup: int = 2,
-    seed: int = 0,
-) -> tuple[float, float]:
-    """Median seconds of the forward and of the backward (`time_forward_backward`)."""
-    forward, backward = time_forward_backward(
-        model, micro_batch, seq_len, vocab, repeats, warmup, seed
-    )
-    return statistics.median(forward), statistics.median(backward)
-
-
 def cost_model(
     doc: CoefficientsDocument,
     spec: TransformerSpec,

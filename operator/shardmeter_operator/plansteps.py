@@ -218,39 +218,24 @@ def blocking(
     """OuterStepBlocking, and the settings to advertise: the settings in use while they hide
     the outer step, the new recommendation once they do not."""
     st = out.status
-    if not ok.request.strategy.is_diloco:
-        st.conditions = set_condition(
-            st.conditions,
-            Type.OUTER_STEP_BLOCKING,
-            False,
-            Reason.NOT_DILOCO,
-            "no outer step: FSDP strategy",
-            generation,
-        )
-        return
     s = st.streaming_di_lo_co
-    if blocks(blocking_s):
+    blocked = ok.request.strategy.is_diloco and blocks(blocking_s)
+    if not ok.request.strategy.is_diloco:
+        reason, text = Reason.NOT_DILOCO, "no outer step: FSDP strategy"
+    elif blocked:
+        reason = Reason.OUTER_STEP_BLOCKS
         text = f"compute blocks {blocking_s:.3g} s per outer step on the outer all_reduce"
         if recommendation:
             text += f"; recommended: {recommendation}"
         if recommended is not None:
             out.gauges.recommendation = recommended
-        st.conditions = set_condition(
-            st.conditions,
-            Type.OUTER_STEP_BLOCKING,
-            True,
-            Reason.OUTER_STEP_BLOCKS,
-            text,
-            generation,
+    else:
+        reason = Reason.OUTER_STEP_HIDDEN
+        text = (
+            f"the outer all_reduce hides behind {s.fragment_sync_delay if s else 0} inner step(s)"
         )
-        return
-    if s is not None:
-        out.gauges.recommendation = s
+        if s is not None:
+            out.gauges.recommendation = s
     st.conditions = set_condition(
-        st.conditions,
-        Type.OUTER_STEP_BLOCKING,
-        False,
-        Reason.OUTER_STEP_HIDDEN,
-        f"the outer all_reduce hides behind {s.fragment_sync_delay if s else 0} inner step(s)",
-        generation,
+        st.conditions, Type.OUTER_STEP_BLOCKING, blocked, reason, text, generation
     )
