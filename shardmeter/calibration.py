@@ -14,7 +14,6 @@ parallelism, an unknown mode) is reported with the reason instead of a predictio
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 from collections.abc import Callable, Mapping, Sequence
@@ -36,6 +35,7 @@ from shardmeter.spec.hardware import (
     LinkSpec,
     NetworkSpec,
 )
+from shardmeter.spec.loading import parse_json, read_text
 from shardmeter.spec.model import MODEL_PRESETS, TransformerSpec
 from shardmeter.spec.pool import PoolSpec
 from shardmeter.spec.presets import normalise_name, resolve
@@ -349,12 +349,7 @@ def evaluate(document: Mapping[str, Any]) -> Report:
 
 def load_document(path: str | Path) -> dict[str, Any]:
     """A published-throughput file as its JSON object (errors name the file)."""
-    try:
-        document = json.loads(Path(path).read_text())
-    except OSError as exc:
-        raise SpecError(str(path), f"cannot read file ({exc.strerror})") from exc
-    except json.JSONDecodeError as exc:
-        raise SpecError(str(path), f"invalid JSON: {exc.msg} at line {exc.lineno}") from exc
+    document = parse_json(read_text(path), source=str(path))  # a duplicated key is an error
     if not isinstance(document, dict):
         raise SpecError(str(path), "must be a JSON object with a 'points' list")
     return document

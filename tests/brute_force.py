@@ -1,7 +1,9 @@
 """An independent, slow reference for the optimizer. It shares no search, apportioning or
 settings-vectorisation code with ``shardmeter.plan``: it enumerates, with plain loops,
 
-* every island shape N × G of every pool (G dividing the GPUs per node, no dominance rule),
+* every island shape N × G of every pool (G dividing the GPUs per node, no dominance rule;
+  with ``sharding: hsdp`` only N that are whole shard groups, N % shardGroupNodes == 0 —
+  torchtitan cannot run the others),
 * every micro-batch b from 1 to the memory maximum and every accumulation A while one island
   stays within the batch limit (in both gradient-sync modes with ``gradientSync: auto``),
   each step time from a full FSDP simulation (no linearity shortcut),
@@ -29,7 +31,7 @@ from shardmeter.sim.fsdp import FSDPDurations, simulate_fsdp_step
 from shardmeter.sim.outer import IslandPlacement, outer_link
 from shardmeter.sim.scenario import IslandShape, fragment_all_reduce_seconds
 from shardmeter.sim.settings import choose_blocking_sync_every, choose_sync_every, search_settings
-from shardmeter.spec.training import GradientSync, StrategyKind
+from shardmeter.spec.training import GradientSync, Sharding, StrategyKind
 
 
 @dataclass(frozen=True)
@@ -95,6 +97,8 @@ def _options(spec: PlanSpec, limit: int) -> list[list[Option | None]]:
     c = spec.constraints
     on_gpu = spec.strategy.outer_state_on_gpu and spec.strategy.is_diloco
     kmax = 1 if spec.strategy.kind is StrategyKind.FSDP else c.max_islands
+    t = spec.training
+    group = t.shard_group_nodes if t.sharding is Sharding.HSDP else 1
     per_pool: list[list[Option | None]] = []
     for pool in spec.usable_pools():
         cm = CostModel(spec.model, spec.training, pool)
@@ -104,6 +108,8 @@ def _options(spec: PlanSpec, limit: int) -> list[list[Option | None]]:
             if pool.gpus_per_node % g:
                 continue
             for n in range(1, nodes + 1):
+                if n % group:
+                    continue  # not whole hsdp shard groups
                 r = n * g
                 if r < c.min_gpus_per_island:
                     continue

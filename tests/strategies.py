@@ -38,8 +38,9 @@ WAN_PRESETS = ["wan-10g-30ms", "wan-1g-80ms", "wan-100g-10ms"]
 def tiny_plans(draw: st.DrawFn) -> dict[str, Any]:
     """Small planning requests a brute force can enumerate in a fraction of a second: a
     one-to-four-block model, one to three pools of one to three nodes with one, two or four
-    GPUs each, a global batch of up to a dozen sequences, both runtimes, every strategy and
-    random convergence guard-rails. Drawn from a seed with uniform choices (hypothesis' own
+    GPUs each, a global batch of up to a dozen sequences, both runtimes, every strategy,
+    random convergence guard-rails, hsdp shard groups of one to three nodes and pinned
+    Streaming DiLoCo fragments. Drawn from a seed with uniform choices (hypothesis' own
     choices favour the simplest values), so multi-pool plans and both runtimes are common;
     prices are continuous, so plans rarely tie on cost."""
     rnd = random.Random(draw(st.integers(0, 2**32 - 1)))
@@ -73,27 +74,35 @@ def tiny_plans(draw: st.DrawFn) -> dict[str, Any]:
         constraints["maxGpus"] = rnd.randint(1, 8)
     if rnd.random() < 0.2:
         constraints["minGpusPerIsland"] = rnd.randint(1, 2)
+    layers = rnd.randint(1, 4)
+    training: dict[str, Any] = {
+        "seqLenTokens": seq,
+        "globalBatchTokens": seq * rnd.randint(1, 12),
+        "totalTokens": 10**9,
+        "activationCheckpointing": rnd.choice(["none", "full", "selective-op"]),
+        "gradientSync": rnd.choice(["every-micro-batch", "last-micro-batch", "auto"]),
+    }
+    runtime = rnd.choice(["torchtitan-ft", "weighted"])
+    # drawn last, so that the instances drawn before hsdp and pinned fragments stay as they were
+    if rnd.random() < 0.3:  # islands must be whole shard groups
+        training |= {"sharding": "hsdp", "shardGroupNodes": rnd.choice([1, 2, 2, 3])}
+    if kind == "streaming-diloco" and rnd.random() < 0.25:  # auto syncEvery: multiples of P
+        strategy["fragments"] = rnd.randint(1, layers)
     return {
         "model": {
             "name": "tiny",
             "hiddenSize": 256,
-            "numLayers": rnd.randint(1, 4),
+            "numLayers": layers,
             "numAttentionHeads": 4,
             "numKeyValueHeads": 2,
             "intermediateSize": 512,
             "vocabSize": 1000,
         },
-        "training": {
-            "seqLenTokens": seq,
-            "globalBatchTokens": seq * rnd.randint(1, 12),
-            "totalTokens": 10**9,
-            "activationCheckpointing": rnd.choice(["none", "full", "selective-op"]),
-            "gradientSync": rnd.choice(["every-micro-batch", "last-micro-batch", "auto"]),
-        },
+        "training": training,
         "strategy": strategy,
         "pools": pools,
         "constraints": constraints,
-        "runtime": rnd.choice(["torchtitan-ft", "weighted"]),
+        "runtime": runtime,
         "objective": {"kind": "min-time"},
     }
 

@@ -378,17 +378,13 @@ FLAGS: list[tuple[list[str], str]] = [
         "argument --rows: must be between 0 and 100,000",
     ),
     (
-        [
-            "simulate",
-            *SMALL,
-            "--strategy",
-            "streaming-diloco",
-            "--islands",
-            "2",
-            "--fragments",
-            "3",
-        ],
-        "--fragments: 3 divides none of the syncEvery values auto may pick (10, 20, 50, 100, 200, 500",
+        ["predict", *SMALL, "--sharding", "hsdp", "--nodes", "4", "--shard-group-nodes", "3"],
+        "--shard-group-nodes: 3 does not divide the island's 4 nodes: hsdp shards inside "
+        "groups of whole nodes and replicates across whole groups; use a divisor of 4 (1, 2, 4)",
+    ),
+    (
+        ["simulate", *SMALL, "--sharding", "hsdp", "--nodes", "4", "--shard-group-nodes", "5"],
+        "--shard-group-nodes: 5 exceeds the island's 4 node(s)",
     ),
     (
         [
@@ -601,17 +597,8 @@ def test_a_plan_without_wan_uplinks_prints_nothing_on_stderr(tmp_path: Path) -> 
         (["simulate", *SMALL, "--trace", "/proc/t.json"], "cannot write in /proc"),
         (["simulate", "--durations", "{durations}"], "diloco.islands[0]: must be a mapping"),
         (
-            [
-                "simulate",
-                *SMALL,
-                "--strategy",
-                "streaming-diloco",
-                "--islands",
-                "2",
-                "--fragments",
-                "3",
-            ],
-            "--fragments",
+            ["predict", *SMALL, "--sharding", "hsdp", "--nodes", "3", "--shard-group-nodes", "2"],
+            "--shard-group-nodes: 2 does not divide the island's 3 nodes",
         ),
     ],
 )

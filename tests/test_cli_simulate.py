@@ -69,6 +69,16 @@ def test_streaming_diloco_over_wan(capsys: pytest.CaptureFixture[str]) -> None:
     assert d["fragment_sync_delay"] <= 5 and d["sync_every"] <= 500
 
 
+def test_pinned_fragments_with_auto_sync_every(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--fragments 3`` alone: auto picks a syncEvery that is a multiple of 3 (torchft's
+    rule); none of the round candidates 10, 20, 50, … is, and this used to exit 2."""
+    args = [*BASE, "--strategy", "streaming-diloco", "--islands", "2", "--fragments", "3"]
+    assert main([*args, "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)["diloco"]
+    assert d["fragments"] == 3 and d["sync_every"] % 3 == 0 and d["sync_every"] <= 500
+    assert d["fragment_sync_delay"] < d["sync_every"] // 3
+
+
 def test_fixed_settings_that_block_are_reported(capsys: pytest.CaptureFixture[str]) -> None:
     assert (
         main(

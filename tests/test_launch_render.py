@@ -343,3 +343,19 @@ def test_hsdp_compile_and_selective_op_have_their_flags() -> None:
     assert "--parallelism.data_parallel_shard_degree=8" in flags  # one node's 8 GPUs
     assert "--parallelism.data_parallel_replicate_degree=2" in flags  # across its 2 nodes
     assert "--compile.enable" in flags and flags[-1] == "activation-checkpoint:selective"
+
+
+def test_hsdp_renders_whole_shard_groups_and_refuses_the_rest() -> None:
+    """A 4-node island in 2-node groups: shard over 16 GPUs, replicate twice. A 3-node island
+    would render shard 16 × replicate 1 (16 of its 24 GPUs; a 1-node island replicate 0),
+    which torchtitan cannot run: refused, naming the field."""
+    s = spec(training={"sharding": "hsdp", "shardGroupNodes": 2})
+    out = render(s, status(island(0, nodes=4, accumulation=1), island(1, nodes=4, accumulation=1)))
+    flags = shlex.split(env(trainer(out[2]))[ARGS_ENV])
+    assert "--parallelism.data_parallel_shard_degree=16" in flags
+    assert "--parallelism.data_parallel_replicate_degree=2" in flags
+    for nodes in (3, 1):
+        with pytest.raises(SpecError) as err:
+            render(s, status(*(island(i, nodes=nodes, accumulation=1) for i in range(2))))
+        assert err.value.field == "spec.training.shardGroupNodes"
+        assert f"the island's {nodes} node" in err.value.message

@@ -9,12 +9,14 @@ import itertools
 import math
 import re
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from shardmeter.errors import SpecError
 from shardmeter.plan.options import PoolContext
 from shardmeter.plan.overhead import OuterModel
 from shardmeter.plan.result import build_result
@@ -22,7 +24,7 @@ from shardmeter.plan.schema import PlanSpec, load_plan
 from shardmeter.plan.search import build_space, search
 from shardmeter.sim.outer import IslandPlacement, outer_link
 from shardmeter.sim.scenario import fragment_all_reduce_seconds
-from shardmeter.sim.settings import choose_sync_every, search_settings
+from shardmeter.sim.settings import choose_sync_every, search_settings, sync_every_candidates
 from shardmeter.spec.hardware import LINK_PRESETS
 
 REPO = Path(__file__).resolve().parents[1]
@@ -127,6 +129,37 @@ def test_effective_step_never_falls_when_the_inner_step_grows(
     assert all(b >= a * (1 - 1e-12) for a, b in itertools.pairwise(values))
 
 
+def test_pinned_fragments_get_auto_sync_every_candidates_that_torchft_accepts() -> None:
+    """torchft needs syncEvery % fragments == 0: with fragments pinned, auto rounds each
+    candidate up to a multiple (and the guard-rail down to one); none of the round candidates
+    (10, 20, 50, …) is a multiple of 3, so without this no auto syncEvery existed for P = 3."""
+    assert sync_every_candidates(500, fragments=3) == [12, 21, 51, 102, 201, 498]
+    assert sync_every_candidates(20, fragments=3) == [12, 18]
+    assert sync_every_candidates(500, fragments=7) == [14, 21, 56, 105, 203, 497]
+    for p in (1, 2, 5, 10):  # a divisor of every candidate: the candidates as they were
+        assert sync_every_candidates(500, fragments=p) == sync_every_candidates(500)
+    assert sync_every_candidates(5, fragments=7) == []  # no multiple within the guard-rail
+
+    def ar(f: int) -> list[float]:
+        return [3.0 / f] * f
+
+    c = choose_sync_every(0.1, ar, 32, fragments=3, max_sync_every=500, max_fragment_sync_delay=5)
+    assert c.fragments == 3 and c.sync_every % 3 == 0 and c.sync_every <= 500
+    assert c.fragment_sync_delay < c.sync_every // 3
+    assert c.settings.window > c.fragment_sync_delay  # StreamingSettings checks torchft's rule
+
+
+def test_pinned_fragments_that_no_auto_sync_every_fits_name_torchfts_rule() -> None:
+    def ar(f: int) -> list[float]:
+        return [1.0 / f] * f
+
+    with pytest.raises(SpecError) as err:
+        choose_sync_every(0.1, ar, 32, fragments=7, max_sync_every=5)
+    assert err.value.field == "strategy.fragments"
+    assert "torchft needs syncEvery % fragments == 0" in err.value.message
+    assert "raise strategy.maxSyncEvery to at least 7" in err.value.message
+
+
 def _scalar(
     spec: PlanSpec, ctxs: list[PoolContext], used: list[int], k: int, ranks: int, step: float
 ) -> tuple[int, int, int, float]:
@@ -143,6 +176,7 @@ def _scalar(
         step,
         all_reduce,
         spec.model.num_layers,
+        strat.fragments if isinstance(strat.fragments, int) else None,
         max_sync_every=strat.max_sync_every,
         max_fragment_sync_delay=strat.max_fragment_sync_delay,
         outer_step_s=outer_s,
@@ -155,14 +189,16 @@ def _scalar(
     )
 
 
+@pytest.mark.parametrize("fragments", ["auto", 3])
 @pytest.mark.parametrize("wan", ["wan-100g-10ms", "wan-10g-30ms", "wan-1g-80ms"])
 @pytest.mark.parametrize("max_h", [20, 100, 500])
-def test_vectorised_settings_equal_the_scalar_rule(wan: str, max_h: int) -> None:
+def test_vectorised_settings_equal_the_scalar_rule(wan: str, max_h: int, fragments: Any) -> None:
     spec, _ = load_plan(REPO / "examples" / "case-study.yaml")
     raw = spec.model_dump(by_alias=True)
     for pool in raw["pools"]:
         pool["wanUplink"] = LINK_PRESETS[wan].model_dump(by_alias=True)
     raw["strategy"]["maxSyncEvery"] = max_h
+    raw["strategy"]["fragments"] = fragments
     spec = PlanSpec.model_validate(raw)
     _, ctxs, _ = build_space(spec, {})
     model = OuterModel(spec, ctxs)

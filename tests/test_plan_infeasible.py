@@ -113,3 +113,62 @@ def test_island_limit_is_named_with_the_numbers() -> None:
         search(PlanSpec.model_validate({**raw, "runtime": "weighted"}))
     msg = str(err.value)
     assert "within ≤ 1 island(s)" in msg and "constraints.maxIslands (1)" in msg
+
+
+def test_pinned_fragments_with_auto_sync_every_are_planned() -> None:
+    """``fragments: 3`` with ``syncEvery: auto``: none of the round candidates (10, 20, 50, …)
+    is a multiple of 3, and a one-pool request was reported as "batch granularity"; auto now
+    picks among multiples of 3 (torchft's syncEvery % fragments == 0)."""
+    raw = request(
+        runtime="weighted",
+        pools=[{"name": "six", "gpu": "h100", "nodes": 1, "gpusPerNode": 6, "site": "x"}],
+        strategy={"kind": "streaming-diloco", "fragments": 3},
+        constraints={"maxIslands": 2, "globalBatchTolerance": 0.5},
+    )
+    result = build_result(search(PlanSpec.model_validate(raw)))
+    for plan in result.frontier:
+        assert plan.fragments == 3 and plan.sync_every % 3 == 0
+        assert plan.sync_every <= 500
+
+
+@pytest.mark.parametrize(
+    ("strategy", "field", "expected"),
+    [
+        (
+            {"fragments": 4, "maxSyncEvery": 3},
+            "strategy.fragments",
+            [
+                "strategy.fragments: 4 divides none of the syncEvery values auto may pick (3; "
+                "maxSyncEvery 3): torchft needs syncEvery % fragments == 0",
+                "raise strategy.maxSyncEvery to at least 4, set strategy.syncEvery to a "
+                "multiple of 4, or set strategy.fragments to at most 3 or auto",
+            ],
+        ),
+        (
+            {"fragments": 3, "fragmentSyncDelay": 5, "maxSyncEvery": 17},
+            "strategy.fragmentSyncDelay",
+            [
+                "strategy.fragmentSyncDelay: 5 needs syncEvery > 5 × 3 fragment(s), but auto "
+                "picks at most 17 (maxSyncEvery)",
+                "torchft needs fragmentSyncDelay < syncEvery / fragments",
+                "raise strategy.maxSyncEvery",
+            ],
+        ),
+    ],
+)
+def test_settings_torchft_rejects_name_its_rule_not_the_batch(
+    strategy: dict[str, Any], field: str, expected: list[str]
+) -> None:
+    """Where no auto syncEvery can satisfy torchft's rule with the pinned values, whatever the
+    islands, the planner says so (one pool and two alike) instead of "batch granularity"."""
+    for pools in (request()["pools"][:1], request()["pools"]):
+        raw = request(
+            runtime="weighted", pools=pools, strategy={"kind": "streaming-diloco", **strategy}
+        )
+        with pytest.raises(InfeasibleError) as err:
+            search(PlanSpec.model_validate(raw))
+        msg = str(err.value)
+        assert msg.startswith("no feasible plan: ") and err.value.constraint == field
+        assert "batch granularity" not in msg
+        for text in expected:
+            assert text in msg, msg

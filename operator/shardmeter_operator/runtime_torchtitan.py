@@ -130,7 +130,8 @@ class TorchtitanRun:
     """torchtitan's subcommand: none, full or selective."""
     torch_compile: bool
     shard_group_nodes: int
-    """Nodes per FSDP shard group (the island's nodes for fsdp, fewer for hsdp)."""
+    """hsdp: nodes per FSDP shard group (it divides every island's nodes, `torchtitan_run`
+    checks); 0 for fsdp (one group, the island)."""
     master_dtype: str
     param_dtype: str
     diloco: DiLoCoSettings | None
@@ -194,6 +195,15 @@ def torchtitan_run(
     for refused, field, message in refusals:
         if refused:
             raise RuntimeCannotExpressError(field, message)
+    for k, isl in enumerate(islands):  # hsdp: the planner proposes only whole shard groups
+        problem = t.shard_group_problem(isl.nodes)
+        if problem is not None:
+            raise RuntimeCannotExpressError(
+                "spec.training.shardGroupNodes",
+                f"{problem} (island {k}, {isl.name}): torchtitan's data_parallel_shard_degree × "
+                f"data_parallel_replicate_degree would not cover its {isl.nodes * isl.gpus_per_node}"
+                " GPUs; plan again with this shardGroupNodes",
+            )
     window_s = predictions.outer_step_blocking_seconds if predictions else 0.0
     if diloco is not None and predictions is not None:
         window_s += diloco.fragment_sync_delay * predictions.step_seconds

@@ -169,7 +169,8 @@ global batch limit)."""
 
 
 def build_cost_model(args: argparse.Namespace) -> CostModel:
-    """The CostModel the arguments describe; the island must fit inside the pool."""
+    """The CostModel the arguments describe; the island must fit inside the pool and, for
+    hsdp, be whole shard groups (``--nodes`` a multiple of ``--shard-group-nodes``)."""
     if not args.model:
         raise SpecError("--model", "is required (a preset such as llama-3.1-8b, or a file)")
     model = model_from_arg(args.model)
@@ -228,6 +229,9 @@ def build_cost_model(args: argparse.Namespace) -> CostModel:
         },
         "training",
     )
+    problem = training.shard_group_problem(args.nodes)  # hsdp: the island is whole groups
+    if problem is not None:
+        raise SpecError("--shard-group-nodes", problem)
     return CostModel(model, training, pool, coefficients)
 
 

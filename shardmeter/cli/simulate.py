@@ -313,7 +313,9 @@ def _from_cost_model(args: argparse.Namespace) -> dict[str, Any]:
         "islands": args.islands,
         "_schedule": step.schedule,
         "_inner": step,
-        "memory_fits": cm.memory(shape.ranks, args.micro_batch, args.accumulation).fits,
+        "memory_fits": cm.memory(
+            shape.ranks, args.micro_batch, args.accumulation, gpus_per_node=shape.gpus_per_node
+        ).fits,
     }
     if strategy.is_diloco:
         link: OuterLink
@@ -328,7 +330,8 @@ def _from_cost_model(args: argparse.Namespace) -> dict[str, Any]:
         payload["_diloco"] = outcome.result
     if args.sweep_png:
         points = []
-        limit = max(2, 2 * cm.max_micro_batch(shape.ranks, args.accumulation))
+        most = cm.max_micro_batch(shape.ranks, args.accumulation, gpus_per_node=shape.gpus_per_node)
+        limit = max(2, 2 * most)
         b = 1
         while b <= limit:
             sm = IslandStepModel(cm, shape, b, args.max_inflight)
@@ -339,7 +342,7 @@ def _from_cost_model(args: argparse.Namespace) -> dict[str, Any]:
                     r.step_s,
                     r.compute_idle_fraction,
                     sm.tokens_per_step(1) / r.step_s,
-                    cm.memory(shape.ranks, b).fits,
+                    cm.memory(shape.ranks, b, gpus_per_node=shape.gpus_per_node).fits,
                 )
             )
             b *= 2

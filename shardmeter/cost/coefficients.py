@@ -7,7 +7,6 @@ keys and string values) without importing kubernetes.
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
@@ -19,6 +18,7 @@ from shardmeter.cost.features import CANDIDATE_FEATURES, Target
 from shardmeter.cost.observed import ObservedCorrection, digest
 from shardmeter.errors import SpecError, spec_error_from_validation
 from shardmeter.spec.hardware import GPUSpec
+from shardmeter.spec.loading import parse_json
 from shardmeter.spec.training import Precision
 
 SCHEMA_VERSION = 1
@@ -245,11 +245,9 @@ class CoefficientsDocument(_Doc):
 
     @classmethod
     def from_json(cls, text: str, where: str = "coefficients") -> CoefficientsDocument:
-        try:
-            raw = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise SpecError(where, f"not valid JSON ({exc.msg} at line {exc.lineno})") from exc
-        return cls.from_dict(raw, where)
+        """The document in ``text`` (``where`` names it in errors: a file, a ConfigMap key);
+        invalid JSON and a duplicated key are errors (`shardmeter.spec.loading.parse_json`)."""
+        return cls.from_dict(parse_json(text, field=where), where)
 
     @classmethod
     def from_dict(cls, raw: Any, where: str = "coefficients") -> CoefficientsDocument:
@@ -271,7 +269,7 @@ class CoefficientsDocument(_Doc):
             text = p.read_text()
         except OSError as exc:
             raise SpecError(str(path), f"cannot read coefficients file ({exc.strerror})") from exc
-        return cls.from_json(text, str(path))
+        return cls.from_dict(parse_json(text, source=str(path)), str(path))
 
     @classmethod
     def from_configmap_data(

@@ -401,8 +401,8 @@ class CostModel:
         all_reduce of the shards across replicas."""
         t = self.training
         payload = params * t.grad_reduce_bytes
+        group_nodes = t.nodes_per_shard_group(nodes)  # hsdp: SpecError unless it divides nodes
         if t.sharding is Sharding.HSDP and nodes > 1:
-            group_nodes = min(t.shard_group_nodes, nodes)
             replicas = nodes // group_nodes
             rs = self.collective_seconds("reduce_scatter", payload, group_nodes, gpus_per_node)
             shard = payload / (group_nodes * gpus_per_node)
@@ -437,7 +437,7 @@ class CostModel:
     def gather_seconds(self, params: float, nodes: int, gpus_per_node: int) -> float:
         """All-gather one unit's parameters over the shard group."""
         t = self.training
-        group = min(t.shard_group_nodes, nodes) if t.sharding is Sharding.HSDP else nodes
+        group = t.nodes_per_shard_group(nodes)
         return self.collective_seconds("all_gather", params * t.compute_bytes, group, gpus_per_node)
 
     def payloads(self) -> UnitPayloads:

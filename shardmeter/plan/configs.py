@@ -316,13 +316,15 @@ def candidate_shapes(
     node_limit: int,
     min_gpus: int,
     max_gpus: int | None,
+    nodes_step: int = 1,
 ) -> dict[int, list[IslandShape]]:
-    """Island shapes by GPU count, fewest nodes first (G divides the GPUs per node)."""
+    """Island shapes by GPU count, fewest nodes first (G divides the GPUs per node; N is a
+    multiple of ``nodes_step``, `TrainingSpec.island_nodes_step`: whole hsdp shard groups)."""
     out: dict[int, list[IslandShape]] = {}
     for g in range(gpus_per_node, 0, -1):
         if gpus_per_node % g:
             continue
-        for n in range(1, node_limit + 1):
+        for n in range(nodes_step, node_limit + 1, nodes_step):
             r = n * g
             if r < min_gpus or (max_gpus is not None and r > max_gpus):
                 continue

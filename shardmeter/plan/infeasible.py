@@ -8,12 +8,47 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from shardmeter.cost.memory import min_ranks_for_memory
-from shardmeter.plan.configs import BatchGrid
+from shardmeter.plan.configs import BatchGrid, candidate_shapes
 from shardmeter.plan.options import OptionTable, PoolContext, max_islands
 from shardmeter.plan.schema import PlanSpec, Runtime
 
 if TYPE_CHECKING:
     from shardmeter.plan.evaluate import Evaluator
+
+
+def _no_whole_shard_groups(spec: PlanSpec, ctx: PoolContext) -> str | None:
+    """hsdp: why the pool offers no island of a multiple of ``shardGroupNodes`` nodes within
+    the constraints (None when it offers one, and for fsdp)."""
+    c, step = spec.constraints, spec.training.island_nodes_step
+    caps = [v for v in (c.max_gpus, c.max_gpus_per_island) if v is not None]
+    shapes = candidate_shapes(
+        ctx.pool.gpus_per_node,
+        ctx.node_limit,
+        c.min_gpus_per_island,
+        min(caps, default=None),
+        step,
+    )
+    if step == 1 or shapes:
+        return None
+    rule = (
+        f"pool {ctx.pool.name!r}: an hsdp island's nodes must be a multiple of "
+        f"training.shardGroupNodes ({step})"
+    )
+    if ctx.node_limit < step:
+        return (
+            f"{rule}, but the pool has {ctx.node_limit} usable node(s); lower "
+            f"training.shardGroupNodes to at most {ctx.node_limit} or use a pool with more nodes"
+        )
+    limits = [f"minGpusPerIsland {c.min_gpus_per_island}"] + [
+        f"{name} {v}"
+        for name, v in (("maxGpusPerIsland", c.max_gpus_per_island), ("maxGpus", c.max_gpus))
+        if v is not None
+    ]
+    return (
+        f"{rule}, and no such island of {step}–{ctx.node_limit} nodes has a GPU count within "
+        f"constraints.{', '.join(limits)}; lower training.shardGroupNodes or change those "
+        "constraints"
+    )
 
 
 def no_option_reason(spec: PlanSpec, contexts: Sequence[PoolContext], grid: BatchGrid) -> str:
@@ -22,6 +57,10 @@ def no_option_reason(spec: PlanSpec, contexts: Sequence[PoolContext], grid: Batc
     parts = []
     on_gpu = spec.strategy.outer_state_on_gpu and spec.strategy.is_diloco
     for ctx in contexts:
+        groups = _no_whole_shard_groups(spec, ctx)
+        if groups is not None:
+            parts.append(groups)
+            continue
         cm = ctx.cost_model
         gpu = cm.pool.gpu.name
         need = min_ranks_for_memory(
@@ -115,7 +154,7 @@ def no_plan_reason(
     spec: PlanSpec, contexts: Sequence[PoolContext], table: OptionTable, evaluator: Evaluator
 ) -> str:
     """When islands exist but no layout is feasible."""
-    from shardmeter.plan.evaluate import NO_SETTINGS, NO_WAN_UPLINK
+    from shardmeter.plan.evaluate import NO_WAN_UPLINK
 
     grid = evaluator.grid
     c = spec.constraints
@@ -142,11 +181,6 @@ def no_plan_reason(
                 + ", ".join(repr(m) for m in missing)
                 + " have no wanUplink — set pools[].wanUplink or put the pools at one site"
             )
-        if (ev.status == NO_SETTINGS).any():
-            return (
-                "no feasible plan: no syncEvery ≤ strategy.maxSyncEvery is compatible with the "
-                "fixed strategy.fragments / fragmentSyncDelay"
-            )
     gmax = c.max_gpus or (1 << 62)
     equal = spec.runtime is Runtime.TORCHTITAN_FT
     totals = _reachable_totals(table, len(contexts), kmax, gmax, grid.hi, equal)
@@ -172,10 +206,13 @@ def no_plan_reason(
     hint = []
     if equal:
         hint.append("runtime: weighted (if the runtime supports token-weighted averaging)")
+    step = spec.training.island_nodes_step
     hint += [
         "constraints.globalBatchTolerance",
         f"constraints.maxIslands ({c.max_islands})" if spec.strategy.is_diloco else "",
         "training.globalBatchTokens",
+        # hsdp islands are whole shard groups, which coarsens the sequences they can process
+        f"training.shardGroupNodes ({step})" if step > 1 else "",
     ]
     return (
         f"no feasible plan: batch granularity — {want}, but the islands can process "

@@ -8,6 +8,8 @@ its own):
   (G divides the pool's GPUs per node; islands never share nodes: k·N ≤ the pool's nodes),
   as in the paper's Fig. 8 (e.g. "9×1×8 H200 + 1×9×8 A100"); all islands of a pool run the
   same micro-batch and accumulation;
+* with ``sharding: hsdp``, N is a multiple of ``shardGroupNodes`` (an island is whole shard
+  groups: torchtitan replicates over N / shardGroupNodes of them); other islands cannot run;
 * islands of different pools may run different micro-batches and accumulations; with
   ``runtime: torchtitan-ft`` they process the same number of sequences per inner step, with
   ``runtime: weighted`` any numbers that add up to the global batch (within its tolerance);
@@ -166,7 +168,13 @@ def build_pool_context(
     grid = cache.grid
     notes: list[str] = []
     shapes: list[ShapeTable] = []
-    by_ranks = candidate_shapes(pool.gpus_per_node, node_limit, c.min_gpus_per_island, c.max_gpus)
+    by_ranks = candidate_shapes(
+        pool.gpus_per_node,
+        node_limit,
+        c.min_gpus_per_island,
+        c.max_gpus,
+        spec.training.island_nodes_step,
+    )
     for r, group in by_ranks.items():
         if c.max_gpus_per_island is not None and r > c.max_gpus_per_island:
             continue
@@ -183,18 +191,22 @@ def build_pool_context(
             table = cache.table(cm, key, shape)
             if table is None:
                 if shape is group[0]:
-                    notes.append(f"{shape}: {_why_not(cm, spec, r)}")
+                    notes.append(f"{shape}: {_why_not(cm, spec, shape)}")
                 break  # the same GPU count on more nodes fits no better
             kept.append(shape)
             shapes.append(table)
     return PoolContext(pool, index, cm, node_limit, shapes, notes)
 
 
-def _why_not(cm: CostModel, spec: PlanSpec, ranks: int) -> str:
+def _why_not(cm: CostModel, spec: PlanSpec, shape: IslandShape) -> str:
     on_gpu = spec.strategy.outer_state_on_gpu and spec.strategy.is_diloco
+    r, g = shape.ranks, shape.gpus_per_node
     if (
-        cm.max_micro_batch(ranks, 1, on_gpu) < 1
-        and cm.max_micro_batch(ranks, 1, on_gpu, gradient_sync=GradientSync.LAST_MICRO_BATCH) < 1
+        cm.max_micro_batch(r, 1, on_gpu, gpus_per_node=g) < 1
+        and cm.max_micro_batch(
+            r, 1, on_gpu, gradient_sync=GradientSync.LAST_MICRO_BATCH, gpus_per_node=g
+        )
+        < 1
     ):
         return "one sequence per GPU does not fit in memory"
     return "no micro-batch fits the global batch quantum"

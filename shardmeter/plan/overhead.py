@@ -75,8 +75,12 @@ class OuterModel:
             )
         self.payload_max = self.payload.max(axis=1)
         fixed_h = strat.sync_every if isinstance(strat.sync_every, int) else None
-        self.hs = [fixed_h] if fixed_h is not None else sync_every_candidates(strat.max_sync_every)
         self.fixed_f = strat.fragments if isinstance(strat.fragments, int) else None
+        self.hs = (
+            [fixed_h]
+            if fixed_h is not None
+            else sync_every_candidates(strat.max_sync_every, fragments=self.fixed_f)
+        )
         self.fixed_fragment_sync_delay = (
             strat.fragment_sync_delay if isinstance(strat.fragment_sync_delay, int) else None
         )

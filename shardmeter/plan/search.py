@@ -36,6 +36,7 @@ from shardmeter.plan.options import (
     pool_options,
 )
 from shardmeter.plan.schema import ObjectiveKind, PlanSpec
+from shardmeter.sim.settings import settings_problem
 
 EXHAUSTIVE_LIMIT = 200_000
 """Searches with at most this many layouts (an upper estimate) score every one."""
@@ -98,6 +99,9 @@ def build_space(
             + ", ".join(p.name for p in spec.pools),
             "constraints.allowedPools",
         )
+    problem = settings_problem(spec.strategy, spec.model.num_layers)
+    if problem is not None:  # no island or link makes these settings legal
+        raise InfeasibleError(f"no feasible plan: {problem}", problem.field)
     cache = ShapeCache(spec, grid)
     contexts = [
         build_pool_context(spec, pool, i, coefficients.get(pool.name), cache)

@@ -9,9 +9,11 @@ the same rule; tests hold the two together, and `shardmeter.sim.diloco` confirms
 form by simulation):
 
 1. *Zero blocking*: the smallest ``sync_every`` H (from `SYNC_EVERY_CANDIDATES`, at most
-   ``max_sync_every``), then the fewest fragments F, then the shortest delay τ
-   (``τ ≤ max_fragment_sync_delay``) whose all_reduces all hide behind τ inner steps — the
-   paper's choice: the shortest time until the pseudo-gradient is fully exchanged.
+   ``max_sync_every``; with pinned ``fragments`` P, those rounded to multiples of P, as
+   torchft requires: `sync_every_candidates`), then the fewest fragments F, then the
+   shortest delay τ (``τ ≤ max_fragment_sync_delay``) whose all_reduces all hide behind τ
+   inner steps — the paper's choice: the shortest time until the pseudo-gradient is fully
+   exchanged.
 2. *Otherwise* blocking cannot be hidden within the guard-rails, and the settings that slow
    training least are taken: the least ``(blocking + outer optimizer step) / H`` per inner
    step (ties: smaller H, fewer fragments, shorter delay). The blocking is reported; it is
@@ -29,12 +31,18 @@ slope is ``1 − F·τ/H > 0``), which is what lets the optimizer minimise T fir
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 
 from shardmeter.errors import SpecError
 from shardmeter.sim.bottleneck import BLOCKING_EPSILON_S
-from shardmeter.spec.training import StreamingSettings, torchft_violation
+from shardmeter.spec.training import (
+    MAX_SYNC_EVERY,
+    StrategyKind,
+    StrategySpec,
+    StreamingSettings,
+    torchft_violation,
+)
 
 SYNC_EVERY_CANDIDATES: tuple[int, ...] = (10, 20, 50, 100, 200, 500, 1000)
 """``sync_every: auto`` picks from these (capped by ``max_sync_every``, which is itself a
@@ -61,10 +69,20 @@ def divisors(n: int) -> list[int]:
 
 
 def sync_every_candidates(
-    max_sync_every: int, candidates: Sequence[int] = SYNC_EVERY_CANDIDATES
+    max_sync_every: int,
+    candidates: Collection[int] = SYNC_EVERY_CANDIDATES,
+    fragments: int | None = None,
 ) -> list[int]:
-    """The candidates ``auto`` may pick: those ≤ the guard-rail, plus the guard-rail itself."""
-    return sorted({h for h in candidates if h <= max_sync_every} | {max_sync_every})
+    """The candidates ``auto`` may pick: those ≤ the guard-rail, plus the guard-rail itself.
+    With pinned ``fragments`` P only multiples of P are legal (torchft's ``syncEvery %
+    fragments == 0``): each candidate is rounded up to the next multiple of P and the
+    guard-rail down to one, dropping those beyond the guard-rail (none are left when
+    P > ``max_sync_every``). For a P that divides every candidate the list is unchanged."""
+    if fragments is None:
+        return sorted({h for h in candidates if h <= max_sync_every} | {max_sync_every})
+    p = fragments
+    rounded = {-(-h // p) * p for h in candidates} | {max_sync_every // p * p}
+    return sorted(h for h in rounded if 0 < h <= max_sync_every)
 
 
 def closed_form_blocking(
@@ -164,10 +182,13 @@ class _Search:
         """The smallest candidate H > ``sync_every`` (from ``candidates`` and
         `HINT_SYNC_EVERY_CANDIDATES`) with a zero-blocking option, delays still within the
         guard-rail (fixed values kept)."""
+        hints = sync_every_candidates(
+            MAX_SYNC_EVERY, {*self.candidates, *HINT_SYNC_EVERY_CANDIDATES}, self.fragments
+        )
         return next(
             (
                 h
-                for h in sorted({*self.candidates, *HINT_SYNC_EVERY_CANDIDATES})
+                for h in hints
                 if h > sync_every
                 and self.fits(h)
                 and any(b <= BLOCKING_EPSILON_S for b, _, _ in self.options(h))
@@ -236,23 +257,30 @@ class _Search:
             "lower it or use auto",
         )
 
-    def no_candidate(self, hs: Sequence[int]) -> SpecError:
-        """Why no candidate H of ``syncEvery: auto`` fits the fixed fragments and delay."""
+    def no_candidate(self, max_sync_every: int) -> SpecError:
+        """Why no candidate H of ``syncEvery: auto`` (at most ``max_sync_every``) fits the
+        fixed fragments and delay, naming torchft's rule and the fields to change."""
         fragments, delay = self.fragments, self.fragment_sync_delay
-        listed = ", ".join(str(h) for h in hs)
         if fragments is not None and fragments > self.max_fragments:
-            return self.no_legal_settings(hs[-1])
+            return self.no_legal_settings(max_sync_every)
+        hs = sync_every_candidates(max_sync_every, self.candidates, fragments)
         if not any(self.fits(h) for h in hs):
+            listed = ", ".join(
+                str(h) for h in sync_every_candidates(max_sync_every, self.candidates)
+            )
             return SpecError(
                 "strategy.fragments",
                 f"{fragments} divides none of the syncEvery values auto may pick ({listed}; "
-                f"maxSyncEvery {hs[-1]}); set syncEvery to a multiple of {fragments}, or "
-                "fragments auto",
+                f"maxSyncEvery {max_sync_every}): torchft needs syncEvery % fragments == 0; "
+                f"raise strategy.maxSyncEvery to at least {fragments}, set strategy.syncEvery to a multiple of {fragments}, "
+                f"or set strategy.fragments to at most {max_sync_every} or auto",
             )
         return SpecError(
             "strategy.fragmentSyncDelay",
             f"{delay} needs syncEvery > {delay} × {fragments or 1} fragment(s), but auto picks "
-            f"at most {hs[-1]} (maxSyncEvery); set syncEvery, or a shorter delay",
+            f"at most {max_sync_every} (maxSyncEvery): torchft needs fragmentSyncDelay < "
+            "syncEvery / fragments; set strategy.syncEvery, raise strategy.maxSyncEvery, or "
+            "use a shorter delay",
         )
 
 
@@ -307,11 +335,8 @@ def choose_sync_every(
         max_fragment_sync_delay,
         candidates,
     )
-    hs = (
-        sorted(candidates)
-        if max_sync_every is None
-        else sync_every_candidates(max_sync_every, candidates)
-    )
+    limit = max(candidates) if max_sync_every is None else max_sync_every
+    hs = sync_every_candidates(limit, candidates, fragments)
     best: tuple[float, int, int, int, float] | None = None  # overhead, H, F, τ, blocking
     for h in hs:
         if not search.fits(h):
@@ -325,9 +350,38 @@ def choose_sync_every(
             if best is None or key[:4] < best[:4]:
                 best = key
     if best is None:
-        raise search.no_candidate(hs)
+        raise search.no_candidate(limit)
     _, h, f, tau, blocking = best
     return search.blocking_choice(h, f, tau, blocking)
+
+
+def settings_problem(strategy: StrategySpec, max_fragments: int) -> SpecError | None:
+    """Why no Streaming DiLoCo settings are legal for ``strategy`` on a model of
+    ``max_fragments`` blocks, whatever the islands (None when some are, and for fsdp and
+    blocking DiLoCo): torchft's rule with the pinned fragments and delay over the fixed
+    ``syncEvery`` or every value ``auto`` may pick. Which settings are legal depends on
+    neither the islands nor the links, so a planner can refuse such a request before its
+    search, naming the rule instead of a symptom."""
+    if strategy.kind is not StrategyKind.STREAMING_DILOCO:
+        return None
+    fragments = strategy.fragments if isinstance(strategy.fragments, int) else None
+    delay = strategy.fragment_sync_delay if isinstance(strategy.fragment_sync_delay, int) else None
+    search = _Search(
+        1.0,
+        lambda f: [0.0] * f,
+        max_fragments,
+        fragments,
+        delay,
+        strategy.max_fragment_sync_delay,
+        SYNC_EVERY_CANDIDATES,
+    )
+    if isinstance(strategy.sync_every, int):
+        h = strategy.sync_every
+        return None if search.options(h) else search.no_legal_settings(h)
+    hs = sync_every_candidates(strategy.max_sync_every, fragments=fragments)
+    if any(search.fits(h) and search.options(h) for h in hs):
+        return None
+    return search.no_candidate(strategy.max_sync_every)
 
 
 def choose_blocking_sync_every(

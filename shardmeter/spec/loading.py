@@ -4,6 +4,8 @@ field (and the file) at fault."""
 from __future__ import annotations
 
 import json
+import json.decoder
+import json.scanner
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -72,18 +74,163 @@ def check_shape(doc: Any, source: str, field: str = "") -> None:
             stack.extend((c, depth + 1) for c in children)
 
 
-def parse_text(text: str, source: str, json_only: bool = False, all_documents: bool = False) -> Any:
-    """Parse YAML (or JSON) text into Python data; errors name ``source`` and the line.
-    ``all_documents`` returns the list of a multi-document YAML stream's documents."""
+# ---- duplicated keys ------------------------------------------------------------------------
+# PyYAML and the json module keep the last of two equal keys without a word, so a plan file
+# that says ``syncEvery`` twice would be planned with whichever came last. Both parsers below
+# refuse it instead, naming the key, where it is and both lines.
+
+
+def _key_path(path: str, key: Any) -> str:
+    return f"{path}.{key}" if path else str(key)
+
+
+def _duplicate(path: str, key: Any, first_line: int, second_line: int) -> SpecError:
+    where = (
+        f"twice on line {first_line}"
+        if first_line == second_line
+        else f"on lines {first_line} and {second_line}"
+    )
+    return SpecError(_key_path(path, key), f"duplicated key {str(key)!r} {where}; keep one")
+
+
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """PyYAML's safe loader that refuses a mapping with a duplicated key (merge keys ``<<``
+    may still be overridden, as YAML intends)."""
+
+    def construct_document(self, node: yaml.Node) -> Any:
+        self._check_keys(node)
+        return super().construct_document(node)
+
+    def _check_keys(self, root: yaml.Node) -> None:
+        """Walk the node graph once per node (an alias is a shared node, so alias bombs and
+        recursive aliases cost nothing) and compare each mapping's keys as constructed."""
+        seen: set[int] = set()
+        stack: list[tuple[yaml.Node, str]] = [(root, "")]
+        while stack:
+            node, path = stack.pop()
+            if id(node) in seen:
+                continue
+            seen.add(id(node))
+            children: list[tuple[yaml.Node, str]] = []
+            if isinstance(node, yaml.SequenceNode):
+                children = [(n, f"{path}[{i}]") for i, n in enumerate(node.value)]
+            elif isinstance(node, yaml.MappingNode):
+                lines: dict[Any, int] = {}
+                for key_node, value_node in node.value:
+                    if key_node.tag == _MERGE_TAG:
+                        children.append((value_node, path))
+                        continue
+                    key = self.construct_object(key_node, deep=True)
+                    line = key_node.start_mark.line + 1
+                    try:
+                        first = lines.get(key)
+                    except TypeError:  # an unhashable key: the constructor refuses it later
+                        continue
+                    if first is not None:
+                        raise _duplicate(path, key, first, line)
+                    lines[key] = line
+                    children.append((value_node, _key_path(path, key)))
+            stack.extend(reversed(children))  # popped in document order
+
+
+class _JSONPairs(list[tuple[str, Any, int]]):
+    """One JSON object as parsed: (key, value, offset of the value) in order."""
+
+
+def _key_line(text: str, value_at: int) -> int:
+    """The line of the key whose value starts at ``value_at``: back over the whitespace and
+    the colon to the key's closing quote (a JSON string holds no raw line break)."""
+    i = value_at - 1
+    while i > 0 and text[i] in " \t\r\n":
+        i -= 1
+    i -= 1  # the colon
+    while i > 0 and text[i] in " \t\r\n":
+        i -= 1
+    return text.count("\n", 0, max(i, 0)) + 1
+
+
+def _json_object(
+    s_and_end: tuple[str, int],
+    strict: bool,
+    scan_once: Any,
+    object_hook: Any,
+    object_pairs_hook: Any,
+    memo: Any = None,
+) -> tuple[Any, int]:
+    """The json module's own object parser, told to keep where each value began."""
+    starts: list[int] = []
+
+    def scan(text: str, at: int) -> Any:
+        starts.append(at)
+        return scan_once(text, at)
+
+    pairs, end = json.decoder.JSONObject(  # type: ignore[attr-defined]
+        s_and_end, strict, scan, object_hook, lambda p: p, memo
+    )
+    return _JSONPairs((k, v, at) for (k, v), at in zip(pairs, starts, strict=True)), end
+
+
+class _StrictDecoder(json.JSONDecoder):
+    """The json module's decoder with `_json_object` for objects: its pure-Python scanner
+    (the one the module falls back to without its C accelerator) calls ``parse_object``,
+    the C scanner does not. Plan, what-if and coefficient files are a few KiB."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.parse_object = _json_object
+        self.scan_once = json.scanner.py_make_scanner(self)  # type: ignore[attr-defined]
+
+
+def _json_value(value: Any, text: str, path: str) -> Any:
+    """Parsed JSON with its objects as dicts; `SpecError` at the first duplicated key."""
+    if isinstance(value, _JSONPairs):
+        out: dict[str, Any] = {}
+        lines: dict[str, int] = {}
+        for key, item, at in value:
+            line = _key_line(text, at)
+            if key in lines:
+                raise _duplicate(path, key, lines[key], line)
+            lines[key] = line
+            out[key] = _json_value(item, text, _key_path(path, key))
+        return out
+    if isinstance(value, list):
+        return [_json_value(v, text, f"{path}[{i}]") for i, v in enumerate(value)]
+    return value
+
+
+def parse_json(text: str, source: str = "", field: str = "") -> Any:
+    """Parse JSON text; `SpecError` (naming ``source``, and ``field`` for text that is a
+    field's value) for invalid JSON or a duplicated key."""
     try:
-        if json_only:
-            docs = [json.loads(text)]
-        elif all_documents:
-            docs = list(yaml.safe_load_all(text))
-        else:
-            docs = [yaml.safe_load(text)]
+        raw = _StrictDecoder().decode(text)
+        data = _json_value(raw, text, "")
     except json.JSONDecodeError as exc:
-        raise SpecError("", f"invalid JSON: {exc.msg} at line {exc.lineno}", source) from exc
+        raise SpecError(field, f"not valid JSON ({exc.msg} at line {exc.lineno})", source) from exc
+    except RecursionError as exc:
+        raise SpecError(field, f"nested deeper than {MAX_NESTING} levels", source) from exc
+    except SpecError as exc:  # a duplicated key
+        raise SpecError(".".join(p for p in (field, exc.field) if p), exc.message, source) from exc
+    check_shape(data, source, field)
+    return data
+
+
+def parse_text(text: str, source: str, json_only: bool = False, all_documents: bool = False) -> Any:
+    """Parse YAML (or JSON) text into Python data; errors name ``source`` and the line, and a
+    duplicated key is an error naming the key and both lines, in YAML and JSON alike.
+    ``all_documents`` returns the list of a multi-document YAML stream's documents."""
+    if json_only:
+        data = parse_json(text, source)
+        return [data] if all_documents else data
+    try:
+        if all_documents:
+            docs = list(yaml.load_all(text, Loader=_StrictLoader))
+        else:
+            docs = [yaml.load(text, Loader=_StrictLoader)]
+    except SpecError as exc:  # a duplicated key
+        raise SpecError(exc.field, exc.message, source) from exc
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
@@ -143,12 +290,5 @@ def network_from_arg(value: str, flag: str = "--network") -> NetworkSpec:
     """A node-network preset, a YAML/JSON file, or an inline JSON object."""
     text = value.strip()
     if text.startswith("{"):
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise SpecError(flag, f"invalid inline JSON: {exc.msg}") from exc
-        except RecursionError as exc:
-            raise SpecError(flag, f"nested deeper than {MAX_NESTING} levels") from exc
-        check_shape(data, "", flag)
-        return validate(NetworkSpec, data, flag)
+        return validate(NetworkSpec, parse_json(text, field=flag), flag)
     return _preset_or_file(value, NETWORK_PRESETS, NetworkSpec, "network", flag)

@@ -148,7 +148,8 @@ class TrainingSpec(SpecModel):
     sharding: Sharding = Sharding.FSDP
     """fsdp (shard over the island) or hsdp (shard inside node groups, replicate across)."""
     shard_group_nodes: int = Field(default=1, ge=1, le=4096)
-    """hsdp only: nodes per shard group (it must divide the island's nodes)."""
+    """hsdp only: nodes per shard group (it must divide the island's nodes: the planner
+    proposes only islands of a multiple of it)."""
     master_param_bytes: int = Field(default=4, ge=1, le=8)
     """Bytes per sharded parameter kept between steps."""
     grad_reduce_bytes: int = Field(default=4, ge=1, le=8)
@@ -175,12 +176,46 @@ class TrainingSpec(SpecModel):
         """Bytes of an activation or gathered parameter (bf16 for fp8 training too)."""
         return self.precision.base.bytes
 
+    @property
+    def island_nodes_step(self) -> int:
+        """An island's nodes must be a multiple of this: ``shardGroupNodes`` for hsdp (whole
+        shard groups, torchtitan's ``data_parallel_replicate_degree`` = nodes / group), 1 for
+        fsdp."""
+        return self.shard_group_nodes if self.sharding is Sharding.HSDP else 1
+
+    def shard_group_problem(self, nodes: int) -> str | None:
+        """Why an island of ``nodes`` nodes cannot be cut into hsdp shard groups of
+        ``shardGroupNodes`` nodes, and what to change; None when it can (always for fsdp). A
+        group is never clamped to the island: such a plan cannot run."""
+        group = self.island_nodes_step
+        if nodes % group == 0:
+            return None
+        divisors = [d for d in range(1, nodes + 1) if nodes % d == 0]
+        shown = ", ".join(str(d) for d in divisors[:8]) + (", …" if len(divisors) > 8 else "")
+        fault = (
+            f"{group} exceeds the island's {nodes} node(s)"
+            if group > nodes
+            else f"{group} does not divide the island's {nodes} nodes"
+        )
+        return (
+            f"{fault}: hsdp shards inside groups of whole nodes and replicates across whole "
+            f"groups; use a divisor of {nodes} ({shown}) or an island of a multiple of "
+            f"{group} nodes"
+        )
+
+    def nodes_per_shard_group(self, nodes: int) -> int:
+        """Nodes one copy of the sharded state spans on an island of ``nodes`` nodes: the
+        island (fsdp) or ``shardGroupNodes`` (hsdp). `SpecError` naming
+        ``training.shardGroupNodes`` when the group does not divide the island."""
+        problem = self.shard_group_problem(nodes)
+        if problem is not None:
+            raise SpecError("training.shardGroupNodes", problem)
+        return self.shard_group_nodes if self.sharding is Sharding.HSDP else nodes
+
     def shard_group_ranks(self, nodes: int, gpus_per_node: int) -> int:
         """Ranks one copy of the sharded state is spread over: the island (fsdp) or a group
-        of ``shardGroupNodes`` nodes (hsdp)."""
-        if self.sharding is Sharding.HSDP:
-            return min(self.shard_group_nodes, nodes) * gpus_per_node
-        return nodes * gpus_per_node
+        of ``shardGroupNodes`` nodes (hsdp; see `nodes_per_shard_group`)."""
+        return self.nodes_per_shard_group(nodes) * gpus_per_node
 
 
 class StrategyKind(SpecEnum):
