@@ -145,7 +145,7 @@ def test_an_invalid_spec_names_the_field_and_creates_nothing(
     assert (status, got) == ("False", reason)
     assert message.startswith(f"{field}:")
     assert out.status.phase.value == "Invalid" and out.create == []
-    assert out.status.launch is None and out.gauges.forget
+    assert out.status.launch is None  # (its series are dropped: metrics.publish_plan)
     assert out.events == [("Warning", reason, message)]
     # seen again: the same condition, no second Event
     again = decide(inputs(spec(launch=True, **changes), out.status))

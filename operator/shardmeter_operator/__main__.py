@@ -1,12 +1,21 @@
-"""``python -m shardmeter_operator``: run the operator (kopf embedded)."""
+"""``python -m shardmeter_operator``: run the operator (kopf embedded).
+
+It stops on SIGTERM/SIGINT (kopf's cleanup runs, no reconcile starts after it) and exits 0;
+if kopf's orchestration fails it logs why, with the traceback, and exits 1 so that the
+kubelet restarts it. Either way the process ends as soon as its logs are flushed
+(:func:`exit_now`): a worker thread still in an API call or a search does not hold it up.
+"""
 
 from __future__ import annotations
 
 import argparse
+import logging
+import os
 import sys
 from collections.abc import Sequence
 
 import kopf
+import structlog
 
 from shardmeter_operator import log, memory, metrics
 from shardmeter_operator.config import OperatorConfig
@@ -116,18 +125,34 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Namespaced mode also serves the operator's namespace: its coefficients ConfigMaps and
     # benchmark Jobs are watched there (GPUPools are cluster-scoped and always served).
     namespaces = sorted({*args.namespace, config.namespace}) if args.namespace else []
-    kopf.run(
-        registry=build_registry(config),
-        memo=kopf.Memo(config=config, kube=None),
-        standalone=args.standalone,
-        peering_name=None if args.standalone else args.peering,
-        priority=args.priority if args.priority is not None else random_priority(),
-        clusterwide=not namespaces,
-        namespaces=namespaces,
-        liveness_endpoint=args.liveness or None,
-    )
+    logger = structlog.get_logger("shardmeter_operator")
+    try:
+        kopf.run(
+            registry=build_registry(config),
+            memo=kopf.Memo(config=config, kube=None),
+            standalone=args.standalone,
+            peering_name=None if args.standalone else args.peering,
+            priority=args.priority if args.priority is not None else random_priority(),
+            clusterwide=not namespaces,
+            namespaces=namespaces,
+            liveness_endpoint=args.liveness or None,
+        )
+    except Exception as exc:
+        logger.error("operator stopped: it failed", error=str(exc)[:500], exc_info=True)
+        return 1
+    logger.info("operator stopped")
     return 0
 
 
+def exit_now(code: int) -> None:
+    """Flush the logs and end the process with ``code`` at once: no interpreter shutdown
+    that would wait for worker threads (the planning thread, an API call up to its request
+    timeout) or log from a half-finalised interpreter."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())

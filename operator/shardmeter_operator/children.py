@@ -6,10 +6,11 @@ for a previous revision's; refuse anything else)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from shardmeter_operator.errors import GoneError
 from shardmeter_operator.kube import Kube
 from shardmeter_operator.manifests import PLAN_REVISION_LABEL, PLAN_UID_LABEL
 
@@ -59,10 +60,12 @@ async def ensure_children(
     existing: Sequence[Manifest],
     uid: str,
     revision: str,
+    alive: Callable[[], bool] = lambda: True,
 ) -> Ensured:
     """Delete the children of other revisions and wait until they are gone (no new pod
     starts while old ones hold the GPUs); then create what is missing, in order, stopping at
-    the first conflict."""
+    the first conflict. ``alive()`` is asked before each create: once the plan's deletion was
+    seen, nothing more is created (GoneError)."""
     result = Ensured()
     for child in existing:
         if not _owned_by(child, uid):
@@ -79,6 +82,8 @@ async def ensure_children(
         return result
     for m in manifests:
         kind, name = m["kind"], m["metadata"]["name"]
+        if not alive():
+            raise GoneError(f"the TrainingPlan was deleted: {kind}/{name} not created")
         obj, created = await kube.create(m)
         if created:
             result.created.append(f"{kind}/{name}")

@@ -12,26 +12,36 @@ its namespace) hang once the operator is uninstalled. Instead:
   writes it only when it changed, and posts its Events;
 * a reconcile that must come back later (a benchmark retry, a relaunch waiting for old
   children, an API error) is requeued in-process; a requeued reconcile runs only while this
-  replica leads (kopf peering: the highest priority among live peers).
+  replica leads (kopf peering: the highest priority among live peers). How soon a failed one
+  runs again follows the cause and the server (:mod:`~.retry`);
+* Events go through the status (:mod:`~.events`: none lost, none posted twice) and the
+  gauges are derived from the stored status (:func:`~.metrics.publish_plan`), on every
+  reconcile and every watch event;
+* every status write is conditional on the resourceVersion the reconcile read: a plan
+  deleted — or deleted and created again — meanwhile gets no status and no children
+  (its deletion, seen on the watch, also stops a reconcile between two creates);
+* after :meth:`Controller.close` nothing runs any more: no reconcile, no requeue.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import random
 import threading
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any, cast
+from typing import Any
 
-import kopf
 import structlog
 
 from shardmeter.cost.observed import ObservedStepSample
-from shardmeter_operator import metrics
+from shardmeter_operator import events, metrics
+from shardmeter_operator.children import list_children
 from shardmeter_operator.config import OperatorConfig
+from shardmeter_operator.errors import GoneError
 from shardmeter_operator.gpupool import reconcile_pool
 from shardmeter_operator.kube import Kube
 from shardmeter_operator.plancontext import PlanContext, PoolView, needs_work, referenced_pools
@@ -39,22 +49,29 @@ from shardmeter_operator.recalibrate import reset_requested
 from shardmeter_operator.resources import (
     GROUP,
     VERSION,
+    EventOutbox,
     GPUPoolSpec,
     GPUPoolStatus,
     TrainingPlanStatus,
 )
+from shardmeter_operator.retry import retry_delay
 from shardmeter_operator.trainingplan import reconcile_plan
 from shardmeter_operator.workload_jobset import jobset_name
 
 log = structlog.get_logger("shardmeter_operator")
 Key = tuple[str, str, str]
 """("plan", namespace, name) or ("pool", "", name)."""
-RETRY_FIRST_S, RETRY_MAX_S = 2.0, 300.0
+Status = TrainingPlanStatus | GPUPoolStatus
 SAMPLES_DELAY_S = 1.0
 """Observed samples reach their pool this long after a plan's reconcile (several plans'
 samples are merged in one pool reconcile)."""
 STUCK_AFTER_S = 600.0
 """A reconcile running longer than this fails the liveness probe (a hung worker thread)."""
+POOLS_KNOWN_TIMEOUT_S = 30.0
+"""How long a plan's reconcile waits at start for the first listing of GPUPools."""
+TOMBSTONE_S = 600.0
+"""How long the UID of a deleted plan is remembered (a reconcile that read it before its
+deletion runs no longer than this: ``STUCK_AFTER_S``)."""
 
 
 class Controller:
@@ -78,7 +95,15 @@ class Controller:
         self._locks: dict[Key, asyncio.Lock] = {}
         self._queued: set[Key] = set()
         self._timers: dict[Key, asyncio.TimerHandle] = {}
-        self._failures: dict[Key, int] = {}
+        self._errors: dict[Key, int] = {}
+        """Failures of the ``error`` cause per object (:mod:`~.retry`), of requeued runs."""
+        self._rng = random.Random()
+        self.deleted: dict[str, float] = {}
+        """UID of a plan whose deletion was seen → when (monotonic)."""
+        self.closed = False
+        self.pools_known = asyncio.Event()
+        """Set once GPUPools were listed: plans wait for it (``POOLS_KNOWN_TIMEOUT_S``)."""
+        self._background: set[asyncio.Future[None]] = set()
         self.running: dict[Key, float] = {}
         self._stop = threading.Event()
         self.context = contextvars.copy_context()
@@ -112,10 +137,15 @@ class Controller:
     def observe_plan(self, body: Mapping[str, Any], deleted: bool = False) -> None:
         meta = body["metadata"]
         key = (str(meta.get("namespace") or ""), str(meta["name"]))
+        uid = str(meta.get("uid"))
         if deleted:
             self.plans.pop(key, None)
-            self.plan_uids.pop(str(meta.get("uid")), None)
+            self.plan_uids.pop(uid, None)
+            self._bury(uid)
             return
+        if uid in self.deleted:
+            return  # a late event of the deleted plan
+        metrics.publish_plan(*key, TrainingPlanStatus.model_validate(body.get("status") or {}))
         self.plans[key] = {
             "metadata": dict(meta),
             "spec": body.get("spec"),
@@ -153,12 +183,93 @@ class Controller:
     def plans_using(self, pool: str) -> list[tuple[str, str]]:
         return [k for k, b in self.plans.items() if pool in referenced_pools(b.get("spec") or {})]
 
-    # ---- reconciling ------------------------------------------------------------------------
-    async def plan(self, namespace: str, name: str) -> None:
-        await self._run(("plan", namespace, name), self._reconcile_plan)
+    def plans_listed(self, namespace: str | None, listed: list[dict[str, Any]]) -> None:
+        """A complete listing of TrainingPlans (``namespace`` None: all): the known plans it
+        does not hold were deleted while the watch was away (their DELETED events are lost
+        for good: :mod:`~.watchguard`)."""
+        uids = {(o.get("metadata") or {}).get("uid") for o in listed}
+        for (ns, name), body in list(self.plans.items()):
+            if (namespace is None or ns == namespace) and body["metadata"].get("uid") not in uids:
+                log.info("deleted while unwatched", obj=_show(("plan", ns, name)))
+                self.observe_plan(body, deleted=True)
+                self._spawn(self.plan_deleted(ns, name, str(body["metadata"].get("uid"))))
 
-    async def pool(self, name: str) -> None:
-        await self._run(("pool", "", name), self._reconcile_pool)
+    def pools_listed(self, _: str | None, listed: list[dict[str, Any]]) -> None:
+        """A complete listing of GPUPools: the pools it holds are known at once (their
+        handlers may run later), those it does not hold are forgotten. The first one lets
+        plans be reconciled (at a start, kopf may list the plans before the pools: a plan
+        decided then would find its pools missing)."""
+        for body in listed:
+            self.observe_pool(body)
+        names = {str((o.get("metadata") or {}).get("name")) for o in listed}
+        self.pools_known.set()
+        for name in [n for n in self.pools if n not in names]:
+            log.info("deleted while unwatched", obj=_show(("pool", "", name)))
+            self.observe_pool({"metadata": {"name": name}}, deleted=True)
+            metrics.forget_pool(name)
+            self._spawn(self.fan_out(name))
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run ``work`` in the background (in kopf's context), holding it until it is done."""
+        task = asyncio.get_running_loop().create_task(work, context=self.context)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    def _bury(self, uid: str) -> None:
+        now = time.monotonic()
+        self.deleted[uid] = now
+        for old in [u for u, t in self.deleted.items() if now - t > TOMBSTONE_S]:
+            del self.deleted[old]
+
+    async def plan_deleted(self, namespace: str, name: str, uid: str) -> None:
+        """Once no reconcile of the deleted plan runs: drop its series, and delete any child
+        a reconcile that read the plan before its deletion created after it (the watch's
+        DELETED can arrive late: its children went with the plan, these came after). Its
+        UID is buried, so no later reconcile creates or writes anything for it."""
+        key: Key = ("plan", namespace, name)
+        timer = self._timers.pop(key, None)
+        if timer is not None:
+            timer.cancel()
+        async with self._locks.setdefault(key, asyncio.Lock()):
+            if (namespace, name) not in self.plans:  # not created again meanwhile
+                metrics.forget_plan(namespace, name)
+                self._errors.pop(key, None)
+            await self._sweep(namespace, uid)
+
+    async def _sweep(self, namespace: str, uid: str, attempts: int = 8) -> None:
+        """Delete the children a deleted plan (``uid``) still owns, retrying API faults."""
+        for attempt in range(1, attempts + 1):
+            try:
+                for child in await list_children(self.kube, namespace, uid):
+                    meta = child["metadata"]
+                    owned = any(r.get("uid") == uid for r in meta.get("ownerReferences") or [])
+                    if owned and not meta.get("deletionTimestamp"):
+                        log.info("deleting a late child", child=f"{child['kind']}/{meta['name']}")
+                        await self.kube.delete(
+                            child["apiVersion"], child["kind"], namespace, meta["name"]
+                        )
+                return
+            except Exception as exc:
+                if self.closed or attempt == attempts:
+                    log.warning("late children not swept", uid=uid, error=str(exc)[:200])
+                    return
+                delay = retry_delay(
+                    exc,
+                    outage_failures=self.kube.health.failures,
+                    object_errors=attempt,
+                    rng=self._rng,
+                )
+                await asyncio.sleep(delay.delay_s)
+
+    # ---- reconciling ------------------------------------------------------------------------
+    async def plan(self, namespace: str, name: str, *, retry: bool = False) -> None:
+        if not self.pools_known.is_set():  # (re)start: a plan is decided against every pool
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.pools_known.wait(), POOLS_KNOWN_TIMEOUT_S)
+        await self._run(("plan", namespace, name), self._reconcile_plan, retry)
+
+    async def pool(self, name: str, *, retry: bool = False) -> None:
+        await self._run(("pool", "", name), self._reconcile_pool, retry)
 
     async def fan_out(self, pool: str) -> None:
         """Reconcile the plans that use ``pool`` and need it (see ``needs_work``)."""
@@ -167,28 +278,47 @@ class Controller:
             if body is not None and needs_work(body, self.pools):
                 await self.plan(namespace, name)
 
-    async def _run(self, key: Key, work: Callable[[Key], Awaitable[float | None]]) -> None:
-        if key in self._queued:
+    async def _run(
+        self, key: Key, work: Callable[[Key], Awaitable[float | None]], retry: bool = False
+    ) -> None:
+        """One reconcile of ``key`` at a time; a failure comes back after the delay its cause
+        calls for (:mod:`~.retry`). ``retry``: this run is a requeued one (only those count
+        towards the object's own backoff)."""
+        if key in self._queued or self.closed:
             return  # a reconcile that has not started yet will see this change too
         self._queued.add(key)
         lock = self._locks.setdefault(key, asyncio.Lock())
         async with lock:
             self._queued.discard(key)
+            if self.closed:
+                return
             kind = "trainingplan" if key[0] == "plan" else "gpupool"
             metrics.reconcile_total.labels(kind).inc()
             started = self.running[key] = time.monotonic()
             try:
                 requeue = await work(key)
-                self._failures.pop(key, None)
+                self._errors.pop(key, None)
+            except GoneError as exc:
+                log.info("reconcile stopped", obj=_show(key), reason=str(exc)[:200])
+                requeue = None
             except Exception as exc:
                 metrics.reconcile_errors_total.labels(kind).inc()
-                failures = self._failures[key] = self._failures.get(key, 0) + 1
-                requeue = min(RETRY_MAX_S, RETRY_FIRST_S * 2 ** (failures - 1))
+                errors = self._errors.get(key, 0) + (1 if retry else 0)
+                decided = retry_delay(
+                    exc,
+                    outage_failures=self.kube.health.failures,
+                    object_errors=max(1, errors),
+                    rng=self._rng,
+                )
+                if decided.cause == "error":
+                    self._errors[key] = max(1, errors)
+                requeue = decided.delay_s
                 log.warning(
                     "reconcile failed",
                     obj=_show(key),
                     error=str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__,
-                    retry_s=requeue,
+                    cause=decided.cause,
+                    retry_s=round(requeue, 2),
                 )
             finally:
                 self.running.pop(key, None)
@@ -198,6 +328,8 @@ class Controller:
 
     def requeue(self, key: Key, delay_s: float) -> None:
         """Reconcile ``key`` again in ``delay_s`` (the earliest of several requests wins)."""
+        if self.closed:
+            return
         loop = asyncio.get_running_loop()
         due = loop.time() + delay_s
         current = self._timers.get(key)
@@ -211,12 +343,12 @@ class Controller:
 
     async def _requeued(self, key: Key) -> None:
         self._timers.pop(key, None)
-        if not await self.is_active():
-            return  # another replica leads; it reconciles on its own events
+        if self.closed or not await self.is_active():
+            return  # stopping, or another replica leads: it reconciles on its own events
         if key[0] == "plan":
-            await self.plan(key[1], key[2])
+            await self.plan(key[1], key[2], retry=True)
         else:
-            await self.pool(key[2])
+            await self.pool(key[2], retry=True)
 
     def watch_coefficients(self) -> None:
         """Follow edits of the coefficients ConfigMaps (a namespaced watch in a thread): the
@@ -245,31 +377,52 @@ class Controller:
         )
 
     def stop(self) -> None:
+        self.closed = True
         self._stop.set()
         for timer in self._timers.values():
             timer.cancel()
         self._timers.clear()
 
-    async def close(self) -> None:
+    async def close(self, timeout_s: float = 10.0) -> None:
+        """Stop: no new reconcile or requeue from now on; wait (bounded) for those running."""
         self.stop()
         self.kube.stop_watches()
-        if self._watcher is not None:
-            await asyncio.wait({self._watcher}, timeout=5)
+        pending = [t for t in [self._watcher] if t is not None]
+        deadline = time.monotonic() + timeout_s
+        while self.running and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        if pending:
+            await asyncio.wait(pending, timeout=max(0.1, deadline - time.monotonic()))
+        if self.running:
+            log.warning("stopping with reconciles still running", running=len(self.running))
 
     async def _reconcile_plan(self, key: Key) -> float | None:
         _, namespace, name = key
         body = await self.kube.get_custom(GROUP, VERSION, "trainingplans", namespace, name)
-        if body is None:
+        uid = str(((body or {}).get("metadata") or {}).get("uid") or "")
+        if body is None or uid in self.deleted:
             return None
+        stored = TrainingPlanStatus.model_validate(body.get("status") or {}).events
 
-        async def write(status: TrainingPlanStatus) -> None:
-            await self._write(body, "trainingplans", status.model_dump(by_alias=True, mode="json"))
+        async def write(status: TrainingPlanStatus, decided: Sequence[events.Event]) -> None:
+            # the launch decision, before any child exists: its Events pending in it
+            status.events = events.outbox(stored, decided, name, uid)
+            await self._write(body, "trainingplans", status)
 
-        ctx = PlanContext(self.cfg, self.kube, dict(self.pools), dict(self.rejected), write)
+        ctx = PlanContext(
+            self.cfg,
+            self.kube,
+            dict(self.pools),
+            dict(self.rejected),
+            write,
+            alive=lambda: uid not in self.deleted,
+        )
         result = await reconcile_plan(body, ctx)
-        new = result.status.model_dump(by_alias=True, mode="json")
-        changed = await self._write(body, "trainingplans", new)
-        self._post(body, result.events)
+        if result.search_s is not None:
+            metrics.plan_search_seconds.observe(result.search_s)
+        changed = await self._settle(body, "trainingplans", result.status, stored, result.events)
+        if uid not in self.deleted:
+            metrics.publish_plan(namespace, name, result.status)
         for pool, samples in result.samples.items():  # the pool's reconcile merges them
             self.samples.setdefault(pool, {}).update({s.key: s for s in samples})
             self.requeue(("pool", "", pool), SAMPLES_DELAY_S)
@@ -286,16 +439,14 @@ class Controller:
         body = await self.kube.get_custom(GROUP, VERSION, "gpupools", None, key[2])
         if body is None:
             return None
+        stored = GPUPoolStatus.model_validate(body.get("status") or {}).events
         pending = dict(self.samples.get(key[2], {}))
         result = await reconcile_pool(body, self.cfg, self.kube, list(pending.values()))
         merged = self.samples.get(key[2], {})
         for k, sample in pending.items():  # newer samples that arrived meanwhile stay
             if merged.get(k) is sample:
                 del merged[k]
-        changed = await self._write(
-            body, "gpupools", result.status.model_dump(by_alias=True, mode="json")
-        )
-        self._post(body, result.events)
+        changed = await self._settle(body, "gpupools", result.status, stored, result.events)
         if changed or result.events:
             log.info(
                 "reconciled",
@@ -306,24 +457,50 @@ class Controller:
             )
         return result.requeue_s
 
-    async def _write(self, body: Mapping[str, Any], plural: str, status: dict[str, Any]) -> bool:
-        """Merge-patch the whole status (``None`` fields are removed) when it changed."""
+    async def _settle(
+        self,
+        body: dict[str, Any],
+        plural: str,
+        status: Status,
+        stored: EventOutbox | None,
+        decided: Sequence[events.Event],
+    ) -> bool:
+        """The end of a reconcile: post every pending Event (those the stored status holds,
+        and this reconcile's), then write the final status with none pending."""
+        meta = body["metadata"]
+        box = events.outbox(stored, decided, str(meta["name"]), str(meta["uid"]))
+        namespace = str(meta.get("namespace") or self.cfg.namespace)
+        for pending in box.pending:
+            await self.kube.post_event(events.manifest(pending, body, namespace))
+        status.events = events.posted(box)
+        return await self._write(body, plural, status)
+
+    async def _write(self, body: dict[str, Any], plural: str, status: Status) -> bool:
+        """Merge-patch the whole status (``None`` fields are removed) when it changed, on the
+        condition that the object is still the version the reconcile read (GoneError when it
+        was deleted; a 409 when it changed — the retry reads it afresh)."""
         model = TrainingPlanStatus if plural == "trainingplans" else GPUPoolStatus
         current = model.model_validate(body.get("status") or {}).model_dump(
             by_alias=True, mode="json"
         )
-        if current == status:
+        new = status.model_dump(by_alias=True, mode="json")
+        if current == new:
             return False
         meta = body["metadata"]
-        await self.kube.patch_custom_status(
-            GROUP, VERSION, plural, meta.get("namespace"), meta["name"], status
+        patched = await self.kube.patch_custom_status(
+            GROUP,
+            VERSION,
+            plural,
+            meta.get("namespace"),
+            meta["name"],
+            new,
+            resource_version=str(meta.get("resourceVersion") or ""),
         )
-        body["status"] = status  # type: ignore[index]  # a later write in this reconcile compares with it
+        if patched is None:
+            raise GoneError(f"{plural} {meta.get('namespace') or ''}/{meta['name']} is gone")
+        meta["resourceVersion"] = (patched.get("metadata") or {}).get("resourceVersion")
+        body["status"] = new  # a later write in this reconcile compares with it
         return True
-
-    def _post(self, body: Mapping[str, Any], events: list[tuple[str, str, str]]) -> None:
-        for type_, reason, message in events:
-            kopf.event(cast(kopf.Body, body), type=type_, reason=reason, message=message[:1024])
 
     # ---- leadership and health --------------------------------------------------------------
     async def is_active(self) -> bool:

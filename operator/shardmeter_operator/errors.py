@@ -39,6 +39,11 @@ class FlavorError(SpecError):
     """A pool's Kueue ResourceFlavor is missing or contradicts the pool's placement."""
 
 
+class GoneError(Exception):
+    """The object being reconciled was deleted (or deleted and created again under its name)
+    while its reconcile ran: nothing more is written or created for it."""
+
+
 _REASONS: tuple[tuple[type[SpecError], str], ...] = (
     (PoolNotFoundError, Reason.POOL_NOT_FOUND),
     (PoolInvalidError, Reason.POOL_INVALID),

@@ -15,7 +15,7 @@ from typing import Any
 
 import kopf
 
-from shardmeter_operator import metrics
+from shardmeter_operator import metrics, watchguard
 from shardmeter_operator.config import OperatorConfig
 from shardmeter_operator.controller import Controller
 from shardmeter_operator.kube import Kube, connection_info, load_configuration
@@ -39,6 +39,7 @@ FAILED_CREATE = "reason=FailedCreate,involvedObject.kind=Job"
 
 def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
     """The operator's handlers: its lifecycle, the two kinds it reconciles, their children."""
+    watchguard.install()  # a failing watch stream is watched again, never the operator's end
     registry = kopf.OperatorRegistry()
     _lifecycle(registry)
     _gpupools(registry)
@@ -64,6 +65,8 @@ def _lifecycle(registry: kopf.OperatorRegistry) -> None:
             memo.config, memo.kube, peering=peering, priority=settings.peering.priority
         )
         memo.controller.watch_coefficients()
+        watchguard.on_listed(GROUP, "trainingplans", memo.controller.plans_listed)
+        watchguard.on_listed(GROUP, "gpupools", memo.controller.pools_listed)
 
     @kopf.on.cleanup(registry=registry)
     async def cleanup(memo: kopf.Memo, **_: Any) -> None:
@@ -88,6 +91,11 @@ def _configure(settings: kopf.OperatorSettings) -> None:
     settings.posting.level = logging.WARNING  # Events are posted explicitly, not per log line
     settings.watching.server_timeout = 300
     settings.networking.request_timeout = 60
+    # kopf's own requests (lists, watches, peering) retry for as long as the API is away —
+    # by default they give up after about two minutes, and the operator exits — and follow
+    # the server's Retry-After (see watchguard for the watch streams themselves)
+    settings.networking.error_backoffs = watchguard.ENDLESS_BACKOFFS
+    settings.networking.enforce_retry_after = True
     settings.watching.label_selectors["batch", "v1", "jobs"] = OURS
     settings.watching.label_selectors[JOBSET_GROUP, JOBSET_VERSION, "jobsets"] = OURS
     settings.watching.field_selectors["v1", "events"] = FAILED_CREATE
@@ -137,7 +145,7 @@ def _trainingplans(registry: kopf.OperatorRegistry) -> None:
         ctl = _controller(memo)
         if type == "DELETED":
             ctl.observe_plan(body, deleted=True)
-            metrics.forget_plan(namespace or "", name)
+            await ctl.plan_deleted(namespace or "", name, str(body["metadata"].get("uid")))
             return
         ctl.observe_plan(body)
         launched = TrainingPlanStatus.model_validate(body.get("status") or {}).launch is not None

@@ -1,6 +1,8 @@
 """A thin asynchronous facade over the blocking ``kubernetes`` client: every call runs in a
-worker thread (never on the event loop). Creates treat 409 as "already there", deletes treat
-404 as done; errors that a retry can fix surface as ``kopf.TemporaryError``."""
+worker thread (never on the event loop) with a request timeout. Creates treat 409 as "already
+there", deletes treat 404 as done. Every failure surfaces as one type, :class:`ApiError`: the
+HTTP status (None: no answer — a reset, a timeout, a refused connection) and the server's
+``Retry-After``, which the controller's retry policy follows (:mod:`~.retry`)."""
 
 from __future__ import annotations
 
@@ -10,14 +12,19 @@ import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import kopf
 import kubernetes
 import kubernetes.watch
+import urllib3.exceptions
 from kubernetes.client.exceptions import ApiException
 
 Manifest = dict[str, Any]
+T = TypeVar("T")
+REQUEST_TIMEOUT_S = (10.0, 60.0)
+"""(connect, read) seconds of every API call: a server that stops answering fails the call
+instead of holding a worker thread (and the process's exit) forever."""
 
 
 def load_configuration(kubeconfig: str | None = None) -> kubernetes.client.Configuration:
@@ -101,6 +108,7 @@ class Kube:
     def __init__(self, cfg: kubernetes.client.Configuration) -> None:
         self.client = kubernetes.client.ApiClient(cfg)
         self._responses: set[Any] = set()
+        self.health = ApiHealth()
 
     def _api(self, manifest_or_key: Manifest | tuple[str, str]) -> tuple[Any, _Kind]:
         key = (
@@ -111,39 +119,64 @@ class Kube:
         kind = _KINDS[key]
         return getattr(kubernetes.client, kind.api)(self.client), kind
 
+    def _custom(self) -> Any:
+        return kubernetes.client.CustomObjectsApi(self.client)
+
     def _plain(self, obj: Any) -> Manifest:
         # the generated ApiClient is unannotated
         return dict(self.client.sanitize_for_serialization(obj))  # type: ignore[no-untyped-call]
 
+    async def _call(
+        self, what: str, fn: Callable[..., T], *args: Any, ok: tuple[int, ...] = (), **kwargs: Any
+    ) -> T | None:
+        """``fn(*args, **kwargs)`` in a worker thread with the request timeout. An HTTP status
+        in ``ok`` returns None; every other failure raises :class:`ApiError`."""
+        kwargs.setdefault("_request_timeout", REQUEST_TIMEOUT_S)
+        try:
+            result = await asyncio.to_thread(fn, *args, **kwargs)
+        except ApiException as exc:
+            if exc.status in ok:
+                self.health.answered()
+                return None
+            error = ApiError.of(exc, what)
+            self.health.failed(error)
+            raise error from exc
+        except (urllib3.exceptions.HTTPError, OSError) as exc:  # reset, timeout, refused
+            error = ApiError(None, f"{what} failed: {type(exc).__name__}: {exc}"[:300])
+            self.health.failed(error)
+            raise error from exc
+        self.health.answered()
+        return result
+
     async def create(self, manifest: Manifest) -> tuple[Manifest, bool]:
         """Create ``manifest``; if it exists, return the existing object. (obj, created)"""
-        ns = manifest["metadata"]["namespace"]
-        try:
-            custom = _CUSTOM.get((manifest["apiVersion"], manifest["kind"]))
-            if custom is not None:
-                api: Any = kubernetes.client.CustomObjectsApi(self.client)
-                c = custom
-                created = await asyncio.to_thread(
-                    lambda: api.create_namespaced_custom_object(
-                        c.group, c.version, ns, c.plural, manifest
-                    )
-                )
-                return dict(created), True
-            api, kind = self._api(manifest)
-            obj = await asyncio.to_thread(
-                getattr(api, f"create_namespaced_{kind.plural}"), ns, manifest
+        ns, name = manifest["metadata"]["namespace"], manifest["metadata"]["name"]
+        what = f"create {manifest['kind']} {ns}/{name}"
+        custom = _CUSTOM.get((manifest["apiVersion"], manifest["kind"]))
+        if custom is not None:
+            created = await self._call(
+                what,
+                self._custom().create_namespaced_custom_object,
+                custom.group,
+                custom.version,
+                ns,
+                custom.plural,
+                manifest,
+                ok=(409,),
             )
-            return self._plain(obj), True
-        except ApiException as exc:
-            if exc.status == 409:
-                existing = await self.get(
-                    manifest["apiVersion"], manifest["kind"], ns, manifest["metadata"]["name"]
-                )
-                if existing is not None:
-                    return existing, False
-            raise _temporary(
-                exc, f"create {manifest['kind']} {ns}/{manifest['metadata']['name']}"
-            ) from exc
+            obj = dict(created) if created is not None else None
+        else:
+            api, kind = self._api(manifest)
+            typed = await self._call(
+                what, getattr(api, f"create_namespaced_{kind.plural}"), ns, manifest, ok=(409,)
+            )
+            obj = self._plain(typed) if typed is not None else None
+        if obj is not None:
+            return obj, True
+        existing = await self.get(manifest["apiVersion"], manifest["kind"], ns, name)
+        if existing is None:  # deleted between the 409 and the read: try again later
+            raise ApiError(409, f"{what}: exists, then vanished")
+        return existing, False
 
     async def get(
         self, api_version: str, kind_name: str, namespace: str | None, name: str
@@ -155,28 +188,28 @@ class Kube:
                 c.group, c.version, c.plural, namespace if c.namespaced else None, name
             )
         api, kind = self._api((api_version, kind_name))
-        try:
-            obj = await asyncio.to_thread(
-                getattr(api, f"read_namespaced_{kind.plural}"), name, namespace
-            )
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise _temporary(exc, f"get {kind_name} {namespace}/{name}") from exc
-        return self._plain(obj)
+        obj = await self._call(
+            f"get {kind_name} {namespace}/{name}",
+            getattr(api, f"read_namespaced_{kind.plural}"),
+            name,
+            namespace,
+            ok=(404,),
+        )
+        return self._plain(obj) if obj is not None else None
 
     async def patch(
         self, api_version: str, kind_name: str, namespace: str, name: str, body: Manifest
     ) -> Manifest:
         """A JSON merge patch."""
         api, kind = self._api((api_version, kind_name))
-        fn = getattr(api, f"patch_namespaced_{kind.plural}")
-        try:
-            obj = await asyncio.to_thread(
-                lambda: fn(name, namespace, body, _content_type="application/merge-patch+json")
-            )
-        except ApiException as exc:
-            raise _temporary(exc, f"patch {kind_name} {namespace}/{name}") from exc
+        obj = await self._call(
+            f"patch {kind_name} {namespace}/{name}",
+            getattr(api, f"patch_namespaced_{kind.plural}"),
+            name,
+            namespace,
+            body,
+            _content_type="application/merge-patch+json",
+        )
         return self._plain(obj)
 
     async def list(
@@ -185,27 +218,29 @@ class Kube:
         """Objects of a kind in a namespace matching a label selector (a kind whose CRD is
         not installed has none)."""
         custom = _CUSTOM.get((api_version, kind_name))
-        try:
-            if custom is not None:
-                api: Any = kubernetes.client.CustomObjectsApi(self.client)
-                c = custom
-                result = await asyncio.to_thread(
-                    lambda: api.list_namespaced_custom_object(
-                        c.group, c.version, namespace, c.plural, label_selector=label_selector
-                    )
-                )
-                items = list((result or {}).get("items") or [])
-            else:
-                api, kind = self._api((api_version, kind_name))
-                fn = getattr(api, f"list_namespaced_{kind.plural}")
-                listed = await asyncio.to_thread(
-                    lambda: fn(namespace, label_selector=label_selector)
-                )
-                items = self._plain(listed).get("items") or []
-        except ApiException as exc:
-            if custom is not None and exc.status == 404:
-                return []
-            raise _temporary(exc, f"list {kind_name} in {namespace}") from exc
+        what = f"list {kind_name} in {namespace}"
+        if custom is not None:
+            c = custom
+            result = await self._call(
+                what,
+                self._custom().list_namespaced_custom_object,
+                c.group,
+                c.version,
+                namespace,
+                c.plural,
+                label_selector=label_selector,
+                ok=(404,),
+            )
+            items = list((result or {}).get("items") or [])
+        else:
+            api, kind = self._api((api_version, kind_name))
+            listed = await self._call(
+                what,
+                getattr(api, f"list_namespaced_{kind.plural}"),
+                namespace,
+                label_selector=label_selector,
+            )
+            items = self._plain(listed).get("items") or []
         for item in items:  # list items carry no apiVersion/kind
             item.setdefault("apiVersion", api_version)
             item.setdefault("kind", kind_name)
@@ -215,23 +250,31 @@ class Kube:
         """Delete with Foreground propagation (the object goes once its pods are gone); a
         missing object is already deleted."""
         body = kubernetes.client.V1DeleteOptions(propagation_policy="Foreground")
+        what = f"delete {kind_name} {namespace}/{name}"
         custom = _CUSTOM.get((api_version, kind_name))
         if custom is not None:
-            api: Any = kubernetes.client.CustomObjectsApi(self.client)
             c = custom
-
-            def fn(name: str, namespace: str, body: Any) -> Any:
-                return api.delete_namespaced_custom_object(
-                    c.group, c.version, namespace, c.plural, name, body=body
-                )
-        else:
-            typed, kind = self._api((api_version, kind_name))
-            fn = getattr(typed, f"delete_namespaced_{kind.plural}")
-        try:
-            await asyncio.to_thread(lambda: fn(name, namespace, body=body))
-        except ApiException as exc:
-            if exc.status != 404:
-                raise _temporary(exc, f"delete {kind_name} {namespace}/{name}") from exc
+            await self._call(
+                what,
+                self._custom().delete_namespaced_custom_object,
+                c.group,
+                c.version,
+                namespace,
+                c.plural,
+                name,
+                body=body,
+                ok=(404,),
+            )
+            return
+        typed, kind = self._api((api_version, kind_name))
+        await self._call(
+            what,
+            getattr(typed, f"delete_namespaced_{kind.plural}"),
+            name,
+            namespace,
+            body=body,
+            ok=(404,),
+        )
 
     async def pod_log(
         self,
@@ -275,20 +318,22 @@ class Kube:
         self, group: str, version: str, plural: str, namespace: str | None, name: str
     ) -> Manifest | None:
         """A custom object (cluster-scoped when ``namespace`` is None), or None if absent."""
-        api = kubernetes.client.CustomObjectsApi(self.client)
-        try:
-            if namespace is None:
-                obj = await asyncio.to_thread(
-                    api.get_cluster_custom_object, group, version, plural, name
-                )
-            else:
-                obj = await asyncio.to_thread(
-                    api.get_namespaced_custom_object, group, version, namespace, plural, name
-                )
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise _temporary(exc, f"get {plural} {namespace or ''}/{name}") from exc
+        api, what = self._custom(), f"get {plural} {namespace or ''}/{name}"
+        if namespace is None:
+            obj = await self._call(
+                what, api.get_cluster_custom_object, group, version, plural, name, ok=(404,)
+            )
+        else:
+            obj = await self._call(
+                what,
+                api.get_namespaced_custom_object,
+                group,
+                version,
+                namespace,
+                plural,
+                name,
+                ok=(404,),
+            )
         return obj if isinstance(obj, dict) else None
 
     async def patch_custom_status(
@@ -299,43 +344,76 @@ class Kube:
         namespace: str | None,
         name: str,
         status: Manifest,
-    ) -> None:
-        """Merge-patch a custom object's status subresource (gone objects are ignored)."""
-        api = kubernetes.client.CustomObjectsApi(self.client)
-        body = {"status": status}
-        merge = "application/merge-patch+json"
-        try:
-            if namespace is None:
-                await asyncio.to_thread(
-                    lambda: api.patch_cluster_custom_object_status(
-                        group, version, plural, name, body, _content_type=merge
-                    )
-                )
-            else:
-                await asyncio.to_thread(
-                    lambda: api.patch_namespaced_custom_object_status(
-                        group, version, namespace, plural, name, body, _content_type=merge
-                    )
-                )
-        except ApiException as exc:
-            if exc.status != 404:
-                raise _temporary(exc, f"patch {plural} {namespace or ''}/{name} status") from exc
+        *,
+        resource_version: str = "",
+    ) -> Manifest | None:
+        """Merge-patch a custom object's status subresource: the object as patched, None when
+        it is gone.
+        With ``resource_version`` the patch is a precondition: it applies only to that version
+        of the object (409 otherwise — the object changed, or was deleted and created again)."""
+        api, merge = self._custom(), "application/merge-patch+json"
+        body: Manifest = {"status": status}
+        if resource_version:
+            body["metadata"] = {"resourceVersion": resource_version}
+        what = f"patch {plural} {namespace or ''}/{name} status"
+        if namespace is None:
+            done = await self._call(
+                what,
+                api.patch_cluster_custom_object_status,
+                group,
+                version,
+                plural,
+                name,
+                body,
+                _content_type=merge,
+                ok=(404,),
+            )
+        else:
+            done = await self._call(
+                what,
+                api.patch_namespaced_custom_object_status,
+                group,
+                version,
+                namespace,
+                plural,
+                name,
+                body,
+                _content_type=merge,
+                ok=(404,),
+            )
+        return done if isinstance(done, dict) else None
+
+    async def post_event(self, event: Manifest) -> bool:
+        """Create a core/v1 Event under its own (deterministic) name; False when an Event of
+        that name exists already — it was posted before, perhaps by a request whose answer
+        was lost: posting again changes nothing."""
+        api = kubernetes.client.CoreV1Api(self.client)
+        meta = event["metadata"]
+        created = await self._call(
+            f"create Event {meta['namespace']}/{meta['name']}",
+            api.create_namespaced_event,
+            meta["namespace"],
+            event,
+            ok=(409,),
+        )
+        return created is not None
 
     async def ensure_cluster_peering(self, name: str) -> None:
         """Create kopf's ClusterKopfPeering ``name`` (the replicas elect a leader through it)."""
-        api = kubernetes.client.CustomObjectsApi(self.client)
         body = {
             "apiVersion": "kopf.dev/v1",
             "kind": "ClusterKopfPeering",
             "metadata": {"name": name, "labels": {"app.kubernetes.io/part-of": "shardmeter"}},
         }
-        try:
-            await asyncio.to_thread(
-                api.create_cluster_custom_object, "kopf.dev", "v1", "clusterkopfpeerings", body
-            )
-        except ApiException as exc:
-            if exc.status != 409:
-                raise _temporary(exc, f"create clusterkopfpeering {name}") from exc
+        await self._call(
+            f"create clusterkopfpeering {name}",
+            self._custom().create_cluster_custom_object,
+            "kopf.dev",
+            "v1",
+            "clusterkopfpeerings",
+            body,
+            ok=(409,),
+        )
 
     def watch_configmaps(
         self,
@@ -359,7 +437,7 @@ class Kube:
                     resource_version=version or None,
                     timeout_seconds=300,
                     _preload_content=False,
-                    _request_timeout=330,
+                    _request_timeout=(REQUEST_TIMEOUT_S[0], 330),
                 )
                 self._responses.add(response)
                 try:
@@ -376,7 +454,8 @@ class Kube:
                 finally:
                     self._responses.discard(response)
                     response.release_conn()
-            except Exception:  # the API server restarted, a network blip…
+            except Exception:  # the API server restarted, a network blip, a cut event…
+                version = ""  # a half-read stream may have skipped events: list afresh
                 stop.wait(2.0)
 
     def stop_watches(self) -> None:
@@ -386,6 +465,68 @@ class Kube:
 
     def close(self) -> None:
         self.client.close()  # type: ignore[no-untyped-call]  # the generated ApiClient is unannotated
+
+
+class ApiError(kopf.TemporaryError):
+    """An API call that failed: ``status`` is the HTTP status (None: no answer at all),
+    ``retry_after_s`` the server's ``Retry-After`` (None: not given)."""
+
+    def __init__(
+        self, status: int | None, message: str, *, retry_after_s: float | None = None
+    ) -> None:
+        super().__init__(message, delay=retry_after_s or 1.0)
+        self.status = status
+        self.retry_after_s = retry_after_s
+
+    @classmethod
+    def of(cls, exc: ApiException, what: str) -> ApiError:
+        reason = (exc.reason or "").strip()
+        return cls(
+            exc.status,
+            f"{what} failed: HTTP {exc.status} {reason}".rstrip(),
+            retry_after_s=_retry_after(exc),
+        )
+
+    @property
+    def unavailable(self) -> bool:
+        """The API did not answer, or answered that it cannot now (5xx): an outage."""
+        return self.status is None or self.status >= 500
+
+
+class ApiHealth:
+    """Whether the API server answers: consecutive unanswered calls (no answer, 5xx, 429)
+    since the last answered one, over every call of the facade — the outage, not an object."""
+
+    def __init__(self) -> None:
+        self.failures = 0
+
+    def answered(self) -> None:
+        self.failures = 0
+
+    def failed(self, error: ApiError) -> None:
+        if error.unavailable or error.status == 429:
+            self.failures += 1
+        else:
+            self.failures = 0  # a 4xx is an answer
+
+
+def _retry_after(exc: ApiException) -> float | None:
+    """``Retry-After`` seconds (header, else the Status's ``details.retryAfterSeconds``)."""
+    headers = exc.headers or {}
+    raw = headers.get("Retry-After") if hasattr(headers, "get") else None
+    try:
+        if raw:
+            return max(0.0, float(raw))
+    except ValueError:
+        pass  # an HTTP date: rare from kube-apiserver; use the details or the policy
+    try:
+        body = json.loads(exc.body or "{}")
+    except (TypeError, ValueError):
+        return None
+    seconds = ((body.get("details") or {}) if isinstance(body, dict) else {}).get(
+        "retryAfterSeconds"
+    )
+    return float(seconds) if isinstance(seconds, int | float) and seconds > 0 else None
 
 
 class LogUnavailableError(Exception):
@@ -404,9 +545,3 @@ def _api_message(exc: ApiException) -> str:
         body = {}
     message = body.get("message") if isinstance(body, dict) else None
     return str(message or f"HTTP {exc.status} {(exc.reason or '').strip()}")[:500]
-
-
-def _temporary(exc: ApiException, what: str) -> kopf.TemporaryError:
-    delay = 5 if exc.status in (429, 500, 502, 503, 504) or exc.status is None else 30
-    reason = (exc.reason or "").strip()
-    return kopf.TemporaryError(f"{what} failed: HTTP {exc.status} {reason}", delay=delay)

@@ -219,7 +219,7 @@ def _reevaluate(inputs: PlanInputs, ok: Validated, out: PlanResult) -> None:
     st = out.status
     docs = coefficients(inputs, ok, out)
     ev = reevaluate(ok.request, docs, st.islands, st.streaming_di_lo_co, st.predictions)
-    st.predictions = out.gauges.predictions = ev.predictions
+    st.predictions = ev.predictions
     rec = ev.recommendation
     settings = DiLoCoSettings.of(rec.choice.settings) if rec is not None else None
     was = get_condition(st.conditions, Type.OUTER_STEP_BLOCKING)
@@ -282,4 +282,3 @@ def follow(
         + "".join(f"; {i.name}: {i.reason} {i.message}".rstrip() for i in pending[:4]),
         generation,
     )
-    out.gauges.islands = [i.state.value for i in st.islands]

@@ -61,7 +61,12 @@ def configure(level: str = "INFO", json_logs: bool | None = None) -> None:
     handler.addFilter(QuietHandlers())
     handler.setFormatter(
         structlog.stdlib.ProcessorFormatter(
-            processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
+            processors=[
+                structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                # the traceback as text (JSON otherwise shows "<traceback object at …>")
+                *([structlog.processors.format_exc_info] if json_logs else []),
+                renderer,
+            ],
             foreign_pre_chain=[*shared, structlog.stdlib.ExtraAdder(), compact],
         )
     )

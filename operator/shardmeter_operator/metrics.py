@@ -5,15 +5,21 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING
+from datetime import datetime
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-if TYPE_CHECKING:
-    from shardmeter_operator.observed_status import IslandObservation
-    from shardmeter_operator.resources import Predictions
+from shardmeter_operator.observed_status import IslandObservation
+from shardmeter_operator.resources import (
+    DiLoCoSettings,
+    GPUPoolStatus,
+    IslandState,
+    Predictions,
+    TrainingPlanPhase,
+    TrainingPlanStatus,
+)
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 PLAN_LABELS = ("namespace", "trainingplan")
@@ -53,6 +59,14 @@ plan_mfu_ratio = Gauge(
     "Predicted model FLOPs utilisation.",
     PLAN_LABELS,
     registry=REGISTRY,
+)
+PREDICTION_GAUGES = (
+    plan_step_seconds,
+    plan_tokens_per_second,
+    plan_cost_dollars,
+    plan_duration_seconds,
+    plan_blocking_seconds,
+    plan_mfu_ratio,
 )
 plan_infeasible = Gauge(
     "shardmeter_plan_infeasible",
@@ -184,6 +198,63 @@ pool_age = _PoolAge()
 REGISTRY.register(pool_age)
 
 
+# ---- a plan's series, from its stored status ---------------------------------------------------
+def publish_plan(namespace: str, name: str, st: TrainingPlanStatus) -> None:
+    """Every series of one TrainingPlan, from its status alone: called after each reconcile
+    and for each watch event of the plan (the listing at start included), so a restarted
+    operator, or one whose reconcile failed after a status write, publishes what the stored
+    state says. Idempotent."""
+    if st.phase is TrainingPlanPhase.INVALID and st.launch is None:
+        forget_plan(namespace, name)
+        return
+    if st.phase is TrainingPlanPhase.INFEASIBLE:
+        set_infeasible(namespace, name)
+        return
+    labels = (namespace, name)
+    if st.predictions is not None:
+        set_predictions(namespace, name, st.predictions)
+    else:
+        for g in (*PREDICTION_GAUGES, plan_infeasible):
+            _drop(g, labels)
+    settings = advertised_settings(st)
+    if settings is not None:
+        set_recommendation(
+            namespace, name, settings.sync_every, settings.fragments, settings.fragment_sync_delay
+        )
+    else:
+        _drop(plan_recommendation, labels)
+    if st.launch is not None:
+        set_islands(namespace, name, [i.state.value for i in st.islands])
+    else:
+        _drop(plan_islands, labels)
+    observed = {
+        i.name: i.observed
+        for i in st.islands
+        if i.state is IslandState.RUNNING and i.observed is not None
+    }
+    forget_observed_islands(namespace, name, keep=set(observed))
+    for island, obs in observed.items():
+        set_observed_island(namespace, name, island, obs)
+
+
+def advertised_settings(st: TrainingPlanStatus) -> DiLoCoSettings | None:
+    """The Streaming DiLoCo settings the recommendation series shows: those in use while the
+    outer step hides behind them; the observed or predicted recommendation while it blocks."""
+    blocking = next((c for c in st.conditions if c.type == "OuterStepBlocking"), None)
+    if st.streaming_di_lo_co is None or blocking is None:
+        return None
+    if blocking.status != "True":
+        return st.streaming_di_lo_co
+    rec = st.observed.recommended if st.observed is not None else None
+    if blocking.reason == "ObservedBlocking" and rec is not None:
+        return DiLoCoSettings(
+            sync_every=rec.sync_every,
+            fragments=rec.fragments,
+            fragment_sync_delay=rec.fragment_sync_delay,
+        )
+    return st.recommended_streaming_di_lo_co
+
+
 def set_plan(
     namespace: str,
     name: str,
@@ -236,7 +307,7 @@ def set_recommendation(
 
 def set_observed_island(namespace: str, name: str, island: str, obs: IslandObservation) -> None:
     """An island's observation; an island without one has no observed series (no stale
-    figure keeps an alert firing)."""
+    figure keeps an alert firing). The timestamp is when the log was read."""
     labels = (namespace, name, island)
     for g in ISLAND_GAUGES:
         _drop(g, labels)
@@ -253,7 +324,7 @@ def set_observed_island(namespace: str, name: str, island: str, obs: IslandObser
         island_observed_fragment_sync_seconds.labels(*labels).set(obs.fragment_sync_seconds)
     if obs.outer_step_blocking_seconds is not None:
         island_observed_blocking_seconds.labels(*labels).set(obs.outer_step_blocking_seconds)
-    island_observation_timestamp.labels(*labels).set(time.time())
+    island_observation_timestamp.labels(*labels).set(_epoch(obs.read_at))
 
 
 def forget_observed_islands(namespace: str, name: str, keep: set[str]) -> None:
@@ -279,12 +350,7 @@ def set_infeasible(namespace: str, name: str) -> None:
 
 def forget_plan(namespace: str, name: str) -> None:
     for g in (
-        plan_step_seconds,
-        plan_tokens_per_second,
-        plan_cost_dollars,
-        plan_duration_seconds,
-        plan_blocking_seconds,
-        plan_mfu_ratio,
+        *PREDICTION_GAUGES,
         plan_infeasible,
         plan_recommendation,
         plan_islands,
@@ -307,6 +373,28 @@ def forget_pool(name: str) -> None:
     _drop(pool_observed_compute_scale, (name,))
     _drop(pool_observed_samples, (name,))
     pool_age.stamps.pop(name, None)
+
+
+def publish_pool(name: str, st: GPUPoolStatus, coefficients_timestamp_s: float | None) -> None:
+    """A pool's series from its status (and when its coefficients were made, which the
+    ConfigMap's document holds); none while it has no coefficients."""
+    if not st.source or coefficients_timestamp_s is None:
+        forget_pool(name)
+        return
+    set_pool(name, st.source, coefficients_timestamp_s, st.fit_mape)
+    observed = st.observed
+    set_pool_observed(
+        name,
+        observed.compute_scale if observed is not None else None,
+        observed.samples if observed is not None else 0,
+    )
+
+
+def _epoch(stamp: str) -> float:
+    try:
+        return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return time.time()
 
 
 def _drop(metric: Gauge, prefix: tuple[str, ...]) -> None:

@@ -27,7 +27,7 @@ import structlog
 
 from shardmeter.errors import SpecError
 from shardmeter.sim.bottleneck import blocks
-from shardmeter_operator import metrics, promquery
+from shardmeter_operator import promquery
 from shardmeter_operator.conditions import Reason, Type, get_condition, set_condition
 from shardmeter_operator.islandpods import (
     island_pods,
@@ -109,7 +109,7 @@ async def observe_plan(
     interval = ctx.cfg.observe_interval_s
     if not spec.enabled or interval <= 0:
         why = "spec.observe.enabled is false" if not spec.enabled else "--observe-interval is 0"
-        _forget(st, namespace, name)
+        _forget(st)
         st.conditions = set_condition(
             st.conditions,
             Type.PREDICTION_DRIFT,
@@ -120,7 +120,6 @@ async def observe_plan(
         )
         return
     running = [i for i in st.islands if i.state is IslandState.RUNNING]
-    metrics.forget_observed_islands(namespace, name, keep={i.name for i in running})
     if not running:
         if st.observed is None:
             st.conditions = set_condition(
@@ -138,7 +137,7 @@ async def observe_plan(
         and (left := interval - _seconds_since(st.observed.read_at, now)) > 0
     ):
         if st.observed.blocking_seconds is not None and st.streaming_di_lo_co is not None:
-            _blocking_condition(st, generation, out, namespace, name)  # over a re-evaluation's
+            _blocking_condition(st, generation, out)  # over a re-evaluation's
         out.requeue_within(left)
         return
     read_at = _iso(now)
@@ -184,7 +183,7 @@ async def observe_plan(
         else i
         for i in st.islands
     ]
-    _record(st, ev, spec, len(running), read_at, generation, out, namespace, name)
+    _record(st, ev, spec, len(running), read_at, generation, out)
     out.samples = ev.samples
     out.requeue_within(interval)
 
@@ -282,10 +281,9 @@ async def _from_prometheus(
     )
 
 
-def _forget(st: TrainingPlanStatus, namespace: str, name: str) -> None:
+def _forget(st: TrainingPlanStatus) -> None:
     st.observed = None
     st.islands = [i.model_copy(update={"observed": None}) for i in st.islands]
-    metrics.forget_observed_islands(namespace, name, keep=set())
 
 
 def _record(
@@ -296,8 +294,6 @@ def _record(
     read_at: str,
     generation: int,
     out: PlanResult,
-    namespace: str,
-    name: str,
 ) -> None:
     seen = [o for o in ev.observations.values() if o.reason == ObserveReason.OBSERVED]
     errors = [o.error_ratio for o in seen if o.error_ratio is not None]
@@ -319,11 +315,9 @@ def _record(
         blocking_seconds=outer.blocking_s if outer else None,
         recommended=outer.recommended if outer else None,
     )
-    for isl_name, obs in ev.observations.items():
-        metrics.set_observed_island(namespace, name, isl_name, obs)
     _drift_condition(st, ev.observations, spec.drift_threshold, generation, out)
     if outer is not None and st.streaming_di_lo_co is not None:
-        _blocking_condition(st, generation, out, namespace, name)
+        _blocking_condition(st, generation, out)
 
 
 def _drift_condition(
@@ -383,9 +377,7 @@ def _island_text(name: str, o: IslandObservation) -> str:
     return text
 
 
-def _blocking_condition(
-    st: TrainingPlanStatus, generation: int, out: PlanResult, namespace: str, name: str
-) -> None:
+def _blocking_condition(st: TrainingPlanStatus, generation: int, out: PlanResult) -> None:
     obs, s = st.observed, st.streaming_di_lo_co
     assert obs is not None and s is not None
     a = obs.outer_all_reduce_seconds or 0.0
@@ -405,9 +397,6 @@ def _blocking_condition(
                 f"syncEvery {s.sync_every}, fragments {s.fragments}, fragmentSyncDelay "
                 f"{s.fragment_sync_delay}; relaunch to apply"
             )
-            metrics.set_recommendation(
-                namespace, name, rec.sync_every, rec.fragments, rec.fragment_sync_delay
-            )
         st.conditions = set_condition(
             st.conditions,
             Type.OUTER_STEP_BLOCKING,
@@ -419,7 +408,6 @@ def _blocking_condition(
         if before is None or before.status != "True":
             out.events.append(("Warning", Type.OUTER_STEP_BLOCKING, text))
         return
-    metrics.set_recommendation(namespace, name, s.sync_every, s.fragments, s.fragment_sync_delay)
     st.conditions = set_condition(
         st.conditions,
         Type.OUTER_STEP_BLOCKING,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -29,9 +29,7 @@ from shardmeter_operator.planning import (
 )
 from shardmeter_operator.resources import (
     Condition,
-    DiLoCoSettings,
     GPUPoolSpec,
-    Predictions,
     TrainingPlanPhase,
     TrainingPlanSpec,
     TrainingPlanStatus,
@@ -65,37 +63,27 @@ class PlanContext:
     pools: Mapping[str, PoolView]
     rejected: Mapping[str, str] = field(default_factory=dict)
     """Job UID → the latest FailedCreate message of the Job controller."""
-    write: Callable[[TrainingPlanStatus], Awaitable[None]] | None = None
-    """Writes a status mid-reconcile (the launch decision, before any child exists)."""
-
-
-@dataclass
-class PlanGauges:
-    """The plan's metrics a decision publishes (:mod:`shardmeter_operator.metrics`), applied
-    in this order: forget, search time, infeasible, predictions, recommendation, islands."""
-
-    forget: bool = False
-    """Drop the plan's series (its spec became invalid before any launch)."""
-    search_s: float | None = None
-    infeasible: bool = False
-    predictions: Predictions | None = None
-    recommendation: DiLoCoSettings | None = None
-    """The Streaming DiLoCo settings to advertise (in use, or recommended instead)."""
-    islands: list[str] | None = None
-    """Each island's state."""
+    write: Callable[[TrainingPlanStatus, Sequence[Event]], Awaitable[None]] | None = None
+    """Writes a status mid-reconcile (the launch decision, before any child exists) with the
+    Events decided so far pending in it (:mod:`~.events`); raises GoneError when the plan
+    was deleted or replaced since it was read."""
+    alive: Callable[[], bool] = lambda: True
+    """False once the plan's deletion was seen (no child is created after that)."""
 
 
 @dataclass
 class PlanResult:
     """A TrainingPlan's decision: the whole new status, the Events, when to come back, and what
-    to create (after the status, which records the launch decision, is written)."""
+    to create (after the status, which records the launch decision, is written). The plan's
+    gauges follow from the status alone (:func:`~.metrics.publish_plan`)."""
 
     status: TrainingPlanStatus
     events: list[Event] = field(default_factory=list)
     requeue_s: float | None = None
     create: list[Manifest] = field(default_factory=list)
     """The children of the recorded launch decision, in order (:mod:`~.children`)."""
-    gauges: PlanGauges = field(default_factory=PlanGauges)
+    search_s: float | None = None
+    """How long the model's search took (the search-time histogram), if it ran."""
     validated: Validated | None = None
     """The spec as validated (None: invalid now)."""
     followed: bool = False

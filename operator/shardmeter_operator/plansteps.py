@@ -183,8 +183,7 @@ def search(
     try:
         outcome = plan_outcome(inputs.name, ok.request, docs)
     except (InfeasibleError, SpecError) as exc:
-        out.gauges.search_s = time.perf_counter() - started
-        out.gauges.infeasible = True
+        out.search_s = time.perf_counter() - started
         if st.phase is not TrainingPlanPhase.INFEASIBLE:
             out.events.append(("Warning", Reason.INFEASIBLE, str(exc)))
         st.conditions = set_condition(
@@ -194,8 +193,8 @@ def search(
         st.predictions, st.islands, st.island_count, st.gpus = None, [], 0, 0
         st.plan, st.frontier, st.streaming_di_lo_co, st.jobs = "", [], None, []
         return None
-    out.gauges.search_s = time.perf_counter() - started
-    p = out.gauges.predictions = outcome.predictions
+    out.search_s = time.perf_counter() - started
+    p = outcome.predictions
     message = (
         f"{outcome.plan}: {p.tokens_per_second:,.0f} tokens/s, {p.hours:,.1f} h, ${p.cost_usd:,.0f}"
     )
@@ -215,8 +214,8 @@ def blocking(
     generation: int,
     recommended: DiLoCoSettings | None = None,
 ) -> None:
-    """OuterStepBlocking, and the settings to advertise: the settings in use while they hide
-    the outer step, the new recommendation once they do not."""
+    """OuterStepBlocking, and ``recommendedStreamingDiLoCo``: the settings that block less,
+    while those in use block (the gauges advertise them, or the settings in use)."""
     st = out.status
     s = st.streaming_di_lo_co
     blocked = ok.request.strategy.is_diloco and blocks(blocking_s)
@@ -227,15 +226,12 @@ def blocking(
         text = f"compute blocks {blocking_s:.3g} s per outer step on the outer all_reduce"
         if recommendation:
             text += f"; recommended: {recommendation}"
-        if recommended is not None:
-            out.gauges.recommendation = recommended
     else:
         reason = Reason.OUTER_STEP_HIDDEN
         text = (
             f"the outer all_reduce hides behind {s.fragment_sync_delay if s else 0} inner step(s)"
         )
-        if s is not None:
-            out.gauges.recommendation = s
+    st.recommended_streaming_di_lo_co = recommended if blocked else None
     st.conditions = set_condition(
         st.conditions, Type.OUTER_STEP_BLOCKING, blocked, reason, text, generation
     )

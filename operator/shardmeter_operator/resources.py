@@ -121,6 +121,28 @@ class _Status(BaseModel):
     )
 
 
+class PendingEvent(_Status):
+    """An Event a status transition called for, written with the status before it is posted
+    (:mod:`~shardmeter_operator.events`)."""
+
+    name: str = Field(max_length=253)
+    """The Event's name: derived from the object, the transition and the Event, so posting
+    it again (after a lost answer, a failed status write) is answered 409 and changes nothing."""
+    type: Literal["Normal", "Warning"]
+    reason: str = Field(max_length=128)
+    message: str = Field(default="", max_length=1024)
+
+
+class EventOutbox(_Status):
+    """The object's Events as its status records them: every transition's Events are written
+    with the status that makes them (``pending``) and removed once posted."""
+
+    sequence: int = 0
+    """Counts the status transitions that called for Events (each Event's name derives from
+    the number of its transition)."""
+    pending: list[PendingEvent] = Field(default_factory=list, max_length=32)
+
+
 class BenchmarkPhase(StrEnum):
     DISABLED = "Disabled"
     RUNNING = "Running"
@@ -147,6 +169,7 @@ class GPUPoolStatus(_Status):
     """Changes whenever the pool's coefficients change; TrainingPlans re-plan on it."""
     observed: PoolObservedStatus | None = None
     """The correction learned from the pool's running islands, on top of ``source``."""
+    events: EventOutbox | None = None
     conditions: list[Condition] = Field(default_factory=list, max_length=16)
 
 
@@ -368,4 +391,10 @@ class TrainingPlanStatus(_Status):
     """Workload JobSet: how many times the JobSet recreated every island after a failure."""
     observed: PlanObservation | None = None
     """The running islands' observations held against the predictions."""
+    recommended_streaming_di_lo_co: DiLoCoSettings | None = Field(
+        default=None, alias="recommendedStreamingDiLoCo"
+    )
+    """Launched plans: Streaming DiLoCo settings that would block less at the pools' current
+    coefficients, while the settings in use block (advice: relaunch to apply)."""
+    events: EventOutbox | None = None
     conditions: list[Condition] = Field(default_factory=list, max_length=16)

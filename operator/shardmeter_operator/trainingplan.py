@@ -2,7 +2,8 @@
 (:func:`~.trainingplan_decide.decide`, pure; in the planning worker thread when it searches),
 then act — write the launch decision before any child exists, create the children, follow
 them once created, observe the running islands — and return the whole new status as a
-:class:`TrainingPlanStatus` plus the Events to post. The state machine and its rules are in
+:class:`TrainingPlanStatus` plus the Events to post (the controller posts them and writes the
+status; the gauges follow from the status). The state machine and its rules are in
 :mod:`shardmeter_operator.launch`.
 
 Level-triggered: running it twice changes nothing the second time."""
@@ -13,7 +14,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from shardmeter_operator import kueue, metrics
+from shardmeter_operator import kueue
 from shardmeter_operator import workload_jobset as jobsets
 from shardmeter_operator.children import ensure_children, list_children
 from shardmeter_operator.kube import Kube
@@ -21,7 +22,6 @@ from shardmeter_operator.launched import ensured, follow_launched
 from shardmeter_operator.observe import observe_plan
 from shardmeter_operator.plancontext import (
     PlanContext,
-    PlanGauges,
     PlanResult,
     PoolView,
     needs_work,
@@ -43,7 +43,6 @@ async def reconcile_plan(body: Mapping[str, Any], ctx: PlanContext) -> PlanResul
     out = await search_in_worker(decide, inputs) if reads.searches else decide(inputs)
     if out.create:
         await _create(inputs, out, ctx)
-    publish(inputs.namespace, inputs.name, out.gauges)
     if out.followed:
         await observe_plan(inputs.name, inputs.namespace, inputs.uid, out.validated, ctx, out)
     return out
@@ -123,9 +122,9 @@ async def _create(inputs: PlanInputs, out: PlanResult, ctx: PlanContext) -> None
     st = out.status
     assert st.launch is not None
     if ctx.write is not None:
-        await ctx.write(st)
+        await ctx.write(st, out.events)
     result = await ensure_children(
-        ctx.kube, out.create, inputs.children, inputs.uid, st.launch.revision
+        ctx.kube, out.create, inputs.children, inputs.uid, st.launch.revision, ctx.alive
     )
     ensured(inputs, result, out)
     if not st.launch.complete:
@@ -141,25 +140,6 @@ async def _create(inputs: PlanInputs, out: PlanResult, ctx: PlanContext) -> None
         await search_in_worker(follow_launched, now, ok, out)
     else:
         follow_launched(now, ok, out)
-
-
-def publish(namespace: str, name: str, g: PlanGauges) -> None:
-    """The plan's gauges, in :class:`PlanGauges`' order."""
-    if g.forget:
-        metrics.forget_plan(namespace, name)
-    if g.search_s is not None:
-        metrics.plan_search_seconds.observe(g.search_s)
-    if g.infeasible:
-        metrics.set_infeasible(namespace, name)
-    if g.predictions is not None:
-        metrics.set_predictions(namespace, name, g.predictions)
-    if g.recommendation is not None:
-        r = g.recommendation
-        metrics.set_recommendation(
-            namespace, name, r.sync_every, r.fragments, r.fragment_sync_delay
-        )
-    if g.islands is not None:
-        metrics.set_islands(namespace, name, g.islands)
 
 
 __all__ = [

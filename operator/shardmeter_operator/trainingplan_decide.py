@@ -124,7 +124,6 @@ def _same(before: TrainingPlanStatus, type_: str, reason: str, exc: SpecError) -
 
 def _invalid(generation: int, out: PlanResult) -> None:
     st = out.status
-    out.gauges.forget = True
     valid = get_condition(st.conditions, Type.VALID)
     st.conditions = set_condition(
         st.conditions,
