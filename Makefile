@@ -65,7 +65,7 @@ check: lint $(VENV)/.full tools
 	$(PY) -m pytest -m "not slow" -x -q $(PYTEST_ARGS)
 
 crds: $(VENV)/.full
-	$(PY) -m shardmeter_operator.crdgen crds
+	$(PY) -m shardmeter_operator.api.crdgen crds
 
 bench: $(VENV)/.core
 	$(PY) benchmarks/bench_simulator.py

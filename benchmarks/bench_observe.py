@@ -26,12 +26,12 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "operator"))
 
-from shardmeter_operator.logparse import parse_log  # noqa: E402
-from shardmeter_operator.observation import IslandFacts, summarize  # noqa: E402
-from shardmeter_operator.observed_eval import Provenance, evaluate_observations  # noqa: E402
-from shardmeter_operator.observed_status import IslandObservation  # noqa: E402
-from shardmeter_operator.planning import plan_outcome, plan_request  # noqa: E402
-from shardmeter_operator.resources import GPUPoolSpec, TrainingPlanSpec  # noqa: E402
+from shardmeter_operator.api import GPUPoolSpec, TrainingPlanSpec  # noqa: E402
+from shardmeter_operator.api.observation import IslandObservation  # noqa: E402
+from shardmeter_operator.observe.evaluate import Provenance, evaluate_observations  # noqa: E402
+from shardmeter_operator.observe.logparse import parse_log  # noqa: E402
+from shardmeter_operator.observe.summary import IslandFacts, summarize  # noqa: E402
+from shardmeter_operator.trainingplan.model import plan_outcome, plan_request  # noqa: E402
 
 TAIL_LINES = 2000
 

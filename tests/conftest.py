@@ -1,5 +1,5 @@
-"""Shared fixtures. ``tests/`` is on sys.path (pytest rootdir conftest), so test-support
-modules import as ``support.*``."""
+"""Shared fixtures. ``tests/`` is on sys.path (``pythonpath`` in pyproject.toml), so the test
+support imports as ``support.*``, ``launch_local.*``, ``operator_support``."""
 
 from __future__ import annotations
 

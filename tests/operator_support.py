@@ -6,12 +6,16 @@ import asyncio
 import contextlib
 import copy
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import kopf
 import yaml
 
+from shardmeter.cost.coefficients import LinkRole, Source
+from shardmeter.cost.priors import prior_coefficients
+from shardmeter.spec.hardware import GPU_PRESETS, LINK_PRESETS
 from shardmeter_operator.config import OperatorConfig
 from shardmeter_operator.handlers import build_registry
 from support.cluster import EmulatedCluster, embedded_operator, running_emulator
@@ -185,3 +189,34 @@ def with_flavor(pool: dict[str, Any], name: str) -> dict[str, Any]:
     out = copy.deepcopy(pool)
     out["spec"]["kueue"] = {"flavor": name}
     return out
+
+
+# ---- coefficients as a benchmark would publish them -----------------------------------------
+def measured_h200_with_slow_fabric() -> dict[str, str]:
+    """'Measured' coefficients as the bench Job would publish them: compute as the priors,
+    but the inter-node all_reduce 200× slower than the InfiniBand datasheet — the outer
+    all_reduce between islands at one site runs on that fabric."""
+    prior = prior_coefficients(
+        GPU_PRESETS["h200-141gb-sxm"],
+        LINK_PRESETS["nvlink4"],
+        LINK_PRESETS["ib-ndr"],
+        pool="cluster-a",
+    )
+    compute = {
+        t: fit.model_copy(update={"cv_mape": 0.04, "n_samples": 50})
+        for t, fit in prior.compute.items()
+    }
+    comm = {role: dict(fits) for role, fits in prior.communication.items()}
+    slow = comm[LinkRole.INTER_NODE]["all_reduce"]
+    comm[LinkRole.INTER_NODE]["all_reduce"] = slow.model_copy(
+        update={"seconds_per_byte": slow.seconds_per_byte * 200, "n_samples": 20, "mape": 0.05}
+    )
+    doc = prior.model_copy(
+        update={
+            "source": Source.MEASURED,
+            "measured_at": datetime.now(UTC),
+            "compute": compute,
+            "communication": comm,
+        }
+    )
+    return doc.to_configmap_data()

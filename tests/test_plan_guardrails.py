@@ -65,7 +65,7 @@ def test_blocking_that_cannot_be_hidden_is_reported_with_the_guard_rails() -> No
 
 
 def test_the_operator_publishes_the_blocking_its_alert_fires_on() -> None:
-    from shardmeter_operator.planning import plan_outcome
+    from shardmeter_operator.trainingplan.model import plan_outcome
 
     spec = slow_wan_case_study(maxSyncEvery=100)
     outcome = plan_outcome("slow", spec, {})

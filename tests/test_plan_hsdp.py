@@ -20,8 +20,8 @@ from shardmeter.plan.schema import PlanSpec
 from shardmeter.plan.search import search
 from shardmeter.spec.pool import PoolSpec
 from shardmeter.spec.training import TrainingSpec
-from shardmeter_operator.planning import plan_outcome, plan_request
-from shardmeter_operator.resources import GPUPoolSpec, TrainingPlanSpec
+from shardmeter_operator.api import GPUPoolSpec, TrainingPlanSpec
+from shardmeter_operator.trainingplan.model import plan_outcome, plan_request
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = {

@@ -77,8 +77,8 @@ def test_islands_may_differ_in_micro_batch_and_accumulation_under_torchtitan_ft(
 def test_the_operator_plans_with_the_trainingplans_runtime() -> None:
     import yaml
 
-    from shardmeter_operator.planning import plan_request
-    from shardmeter_operator.resources import GPUPoolSpec, TrainingPlanSpec
+    from shardmeter_operator.api import GPUPoolSpec, TrainingPlanSpec
+    from shardmeter_operator.trainingplan.model import plan_request
 
     raw = yaml.safe_load((REPO / "examples" / "trainingplan.yaml").read_text())["spec"]
     pools = {

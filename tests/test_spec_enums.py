@@ -13,7 +13,7 @@ from pydantic import BaseModel
 
 import shardmeter.plan.schema  # (plan files' specs)
 import shardmeter.sim.whatif  # noqa: F401  (durations files' specs)
-import shardmeter_operator.resources  # noqa: F401  (the custom resources' specs)
+import shardmeter_operator.api  # noqa: F401  (the custom resources' specs)
 from shardmeter.spec.base import SpecEnum, SpecModel
 
 

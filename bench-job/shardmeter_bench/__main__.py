@@ -12,7 +12,7 @@ if __name__ == "__main__":
     code = main(exits_after=launched)
     if "torch.distributed" in sys.modules and launched:
         # A torchrun rank: its process group is gone; skip finalisation (see exit_now).
-        from shardmeter_bench.distributed import exit_now
+        from shardmeter_bench.collectives.distributed import exit_now
 
         exit_now(code)
     raise SystemExit(code)

@@ -24,7 +24,7 @@ from shardmeter.errors import ShardMeterError, spec_error_from_validation
 from shardmeter.spec.hardware import GPUSpec, LinkSpec
 from shardmeter.spec.pool import GPURef, LinkRef
 from shardmeter_bench import __version__, errors, logs
-from shardmeter_bench.catalog import MAX_CONFIGS
+from shardmeter_bench.compute.catalog import MAX_CONFIGS
 from shardmeter_bench.errors import BenchError, UsageError
 
 PROG = "shardmeter-bench"
@@ -307,8 +307,8 @@ def main(argv: Sequence[str] | None = None, exits_after: bool = False) -> int:
         import torch
 
         from shardmeter_bench import pipeline, runconfig
+        from shardmeter_bench.collectives.distributed import DistContext
         from shardmeter_bench.device import check_device
-        from shardmeter_bench.distributed import DistContext
 
         device_type = _resolve_device(args.device)
         threads = args.threads if args.threads is not None else (1 if device_type == "cpu" else 0)
@@ -363,8 +363,8 @@ def main(argv: Sequence[str] | None = None, exits_after: bool = False) -> int:
 
 def _print_result(result: object) -> None:
     from shardmeter_bench.fit import render_summary
-    from shardmeter_bench.report import render_markdown
     from shardmeter_bench.runconfig import RunResult
+    from shardmeter_bench.validation.report import render_markdown
 
     assert isinstance(result, RunResult)
     if result.summary:

@@ -18,16 +18,17 @@ import torch
 
 from shardmeter.cost.coefficients import CoefficientsDocument, CommSample
 from shardmeter.spec.hardware import GPUSpec
-from shardmeter_bench import distributed, fit
-from shardmeter_bench.catalog import generate_catalog
-from shardmeter_bench.comm import (
+from shardmeter_bench import fit
+from shardmeter_bench.collectives import distributed
+from shardmeter_bench.collectives.distributed import DistContext
+from shardmeter_bench.collectives.timing import (
     FULL_PAYLOADS,
     SMALL_PAYLOADS,
     CommPlan,
 )
-from shardmeter_bench.compute import ComputeResult, profile_catalog
+from shardmeter_bench.compute.catalog import generate_catalog
+from shardmeter_bench.compute.sweep import ComputeResult, profile_catalog
 from shardmeter_bench.device import default_links, torch_device
-from shardmeter_bench.distributed import DistContext
 from shardmeter_bench.errors import BenchError
 from shardmeter_bench.logs import get_logger
 from shardmeter_bench.pipeline_validate import run_validation
@@ -43,7 +44,7 @@ from shardmeter_bench.runconfig import (
     validation_share,
     validation_specs,
 )
-from shardmeter_bench.unseen import interleave_schedule
+from shardmeter_bench.validation.unseen import interleave_schedule
 
 log = get_logger(__name__)
 
@@ -101,7 +102,7 @@ def _comm(cfg: RunConfig, ctx: DistContext, notes: list[str]) -> list[CommSample
 
 
 def _comm_entry(ctx: DistContext, plan: CommPlan) -> list[CommSample] | None:
-    from shardmeter_bench.comm import comm_phase
+    from shardmeter_bench.collectives.timing import comm_phase
 
     return comm_phase(ctx, plan)
 
@@ -181,7 +182,7 @@ def run(cfg: RunConfig, ctx: DistContext) -> RunResult:
             if result.report is not None:
                 result.report["meta"]["wall_s"] = time.perf_counter() - started
                 result.report["meta"]["load_1m_end"] = load_average()
-                from shardmeter_bench.report import write_report
+                from shardmeter_bench.validation.report import write_report
 
                 js, md = write_report(result.report, cfg.report_dir)
                 result.outputs["report_json"], result.outputs["report_md"] = str(js), str(md)

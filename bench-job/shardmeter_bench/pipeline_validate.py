@@ -11,11 +11,9 @@ import torch
 
 from shardmeter.cost.coefficients import CoefficientsDocument
 from shardmeter.spec.training import Precision
-from shardmeter_bench import distributed
-from shardmeter_bench.distributed import DistContext
-from shardmeter_bench.fsdp_step import DistributedValidation, distributed_validation_phase
+from shardmeter_bench.collectives import distributed
+from shardmeter_bench.collectives.distributed import DistContext
 from shardmeter_bench.logs import get_logger
-from shardmeter_bench.report import build_report
 from shardmeter_bench.runconfig import (
     Interleaved,
     RunConfig,
@@ -23,8 +21,11 @@ from shardmeter_bench.runconfig import (
     validation_comm_plan,
     validation_share,
 )
-from shardmeter_bench.unseen import unseen_cases
-from shardmeter_bench.validate import (
+from shardmeter_bench.validation.fsdp_step import (
+    DistributedValidation,
+    distributed_validation_phase,
+)
+from shardmeter_bench.validation.measure import (
     ModelResult,
     attach_predictions,
     fsdp_cases,
@@ -32,6 +33,8 @@ from shardmeter_bench.validate import (
     predict_step,
     validation_cases,
 )
+from shardmeter_bench.validation.report import build_report
+from shardmeter_bench.validation.unseen import unseen_cases
 
 log = get_logger(__name__)
 

@@ -17,18 +17,22 @@ from shardmeter.cost.coefficients import CoefficientsDocument
 from shardmeter.spec.hardware import GPUSpec, LinkSpec
 from shardmeter.spec.model import TransformerSpec
 from shardmeter.spec.training import Precision
-from shardmeter_bench.catalog import ScaleRange, scale_range
-from shardmeter_bench.comm import SMALL_VALIDATION_PAYLOADS, VALIDATION_PAYLOADS, CommPlan
+from shardmeter_bench.collectives.distributed import DistContext
+from shardmeter_bench.collectives.timing import (
+    SMALL_VALIDATION_PAYLOADS,
+    VALIDATION_PAYLOADS,
+    CommPlan,
+)
+from shardmeter_bench.compute.catalog import ScaleRange, scale_range
 from shardmeter_bench.device import cpu_model_name, cpu_spec, cuda_spec
-from shardmeter_bench.distributed import DistContext
 from shardmeter_bench.isolation import isolated
-from shardmeter_bench.unseen import unseen_cases
-from shardmeter_bench.validate import (
+from shardmeter_bench.validation.measure import (
     ValidationCase,
     measure_case,
     validation_cases,
     within_budget,
 )
+from shardmeter_bench.validation.unseen import unseen_cases
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import kopf
 import structlog
 
-from shardmeter_operator import log, memory, metrics
+from shardmeter_operator import log, metrics, worker
 from shardmeter_operator.config import OperatorConfig
 from shardmeter_operator.controller import random_priority
 from shardmeter_operator.handlers import build_registry
@@ -104,7 +104,7 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse(argv)
-    memory.limit_arenas()
+    worker.limit_arenas()
     log.configure(args.log_level, args.log_json)
     config = OperatorConfig.from_env(
         namespace=args.operator_namespace,

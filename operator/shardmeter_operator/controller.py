@@ -13,7 +13,7 @@ its namespace) hang once the operator is uninstalled. Instead:
 * a reconcile that must come back later (a benchmark retry, a relaunch waiting for old
   children, an API error) is requeued in-process; a requeued reconcile runs only while this
   replica leads (kopf peering: the highest priority among live peers). How soon a failed one
-  runs again follows the cause and the server (:mod:`~.retry`);
+  runs again follows the cause and the server (:mod:`~.k8s.retry`);
 * Events go through the status (:mod:`~.events`: none lost, none posted twice) and the
   gauges are derived from the stored status (:func:`~.metrics.publish_plan`), on every
   reconcile and every watch event;
@@ -39,14 +39,7 @@ import structlog
 
 from shardmeter.cost.observed import ObservedStepSample
 from shardmeter_operator import events, metrics
-from shardmeter_operator.children import list_children
-from shardmeter_operator.config import OperatorConfig
-from shardmeter_operator.errors import GoneError
-from shardmeter_operator.gpupool import reconcile_pool
-from shardmeter_operator.kube import Kube
-from shardmeter_operator.plancontext import PlanContext, PoolView, needs_work, referenced_pools
-from shardmeter_operator.recalibrate import reset_requested
-from shardmeter_operator.resources import (
+from shardmeter_operator.api import (
     GROUP,
     VERSION,
     EventOutbox,
@@ -54,9 +47,17 @@ from shardmeter_operator.resources import (
     GPUPoolStatus,
     TrainingPlanStatus,
 )
-from shardmeter_operator.retry import retry_delay
-from shardmeter_operator.trainingplan import reconcile_plan
-from shardmeter_operator.workload_jobset import jobset_name
+from shardmeter_operator.api.errors import GoneError
+from shardmeter_operator.config import OperatorConfig
+from shardmeter_operator.decision import PoolView
+from shardmeter_operator.gpupool.correction import reset_requested
+from shardmeter_operator.gpupool.reconcile import reconcile_pool
+from shardmeter_operator.k8s.children import list_children
+from shardmeter_operator.k8s.client import Kube
+from shardmeter_operator.k8s.retry import retry_delay
+from shardmeter_operator.render.jobset import jobset_name
+from shardmeter_operator.trainingplan.reconcile import PlanContext, reconcile_plan
+from shardmeter_operator.trainingplan.validate import needs_work, referenced_pools
 
 log = structlog.get_logger("shardmeter_operator")
 Key = tuple[str, str, str]
@@ -96,7 +97,7 @@ class Controller:
         self._queued: set[Key] = set()
         self._timers: dict[Key, asyncio.TimerHandle] = {}
         self._errors: dict[Key, int] = {}
-        """Failures of the ``error`` cause per object (:mod:`~.retry`), of requeued runs."""
+        """Failures of the ``error`` cause per object (:mod:`~.k8s.retry`), of requeued runs."""
         self._rng = random.Random()
         self.deleted: dict[str, float] = {}
         """UID of a plan whose deletion was seen → when (monotonic)."""
@@ -186,7 +187,7 @@ class Controller:
     def plans_listed(self, namespace: str | None, listed: list[dict[str, Any]]) -> None:
         """A complete listing of TrainingPlans (``namespace`` None: all): the known plans it
         does not hold were deleted while the watch was away (their DELETED events are lost
-        for good: :mod:`~.watchguard`)."""
+        for good: :mod:`~.k8s.watchguard`)."""
         uids = {(o.get("metadata") or {}).get("uid") for o in listed}
         for (ns, name), body in list(self.plans.items()):
             if (namespace is None or ns == namespace) and body["metadata"].get("uid") not in uids:
@@ -282,7 +283,7 @@ class Controller:
         self, key: Key, work: Callable[[Key], Awaitable[float | None]], retry: bool = False
     ) -> None:
         """One reconcile of ``key`` at a time; a failure comes back after the delay its cause
-        calls for (:mod:`~.retry`). ``retry``: this run is a requeued one (only those count
+        calls for (:mod:`~.k8s.retry`). ``retry``: this run is a requeued one (only those count
         towards the object's own backoff)."""
         if key in self._queued or self.closed:
             return  # a reconcile that has not started yet will see this change too
@@ -353,7 +354,7 @@ class Controller:
     def watch_coefficients(self) -> None:
         """Follow edits of the coefficients ConfigMaps (a namespaced watch in a thread): the
         pool's status, and with it every plan that uses the pool, follows."""
-        from shardmeter_operator.manifests import COMPONENT_LABEL, POOL_ANNOTATION
+        from shardmeter_operator.render.labels import COMPONENT_LABEL, POOL_ANNOTATION
 
         loop = asyncio.get_running_loop()
 
@@ -403,6 +404,7 @@ class Controller:
         if body is None or uid in self.deleted:
             return None
         stored = TrainingPlanStatus.model_validate(body.get("status") or {}).events
+        await self._catch_up_pools(referenced_pools(body.get("spec") or {}))
 
         async def write(status: TrainingPlanStatus, decided: Sequence[events.Event]) -> None:
             # the launch decision, before any child exists: its Events pending in it
@@ -435,6 +437,15 @@ class Controller:
             )
         return result.requeue_s
 
+    async def _catch_up_pools(self, names: set[str]) -> None:
+        """The pools a plan names that the GPUPool watch has not delivered yet, read from the
+        API: a plan is found to lack a pool only when the API server lacks it (the watch may
+        lag behind, e.g. when pools and plans are applied together)."""
+        for name in sorted(n for n in names if n not in self.pools):
+            pool = await self.kube.get_custom(GROUP, VERSION, "gpupools", None, name)
+            if pool is not None:
+                self.observe_pool(pool)
+
     async def _reconcile_pool(self, key: Key) -> float | None:
         body = await self.kube.get_custom(GROUP, VERSION, "gpupools", None, key[2])
         if body is None:
@@ -447,6 +458,7 @@ class Controller:
             if merged.get(k) is sample:
                 del merged[k]
         changed = await self._settle(body, "gpupools", result.status, stored, result.events)
+        metrics.publish_pool(key[2], result.gauges)
         if changed or result.events:
             log.info(
                 "reconciled",

@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from shardmeter_operator.resources import EventOutbox, PendingEvent
+from shardmeter_operator.api import EventOutbox, PendingEvent
 
 Event = tuple[str, str, str]
 """(type "Normal" | "Warning", reason, message)."""

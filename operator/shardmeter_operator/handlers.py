@@ -15,21 +15,22 @@ from typing import Any
 
 import kopf
 
-from shardmeter_operator import metrics, watchguard
+from shardmeter_operator import metrics
+from shardmeter_operator.api import GROUP, VERSION, GPUPoolStatus, TrainingPlanStatus
 from shardmeter_operator.config import OperatorConfig
 from shardmeter_operator.controller import Controller
-from shardmeter_operator.kube import Kube, connection_info, load_configuration
-from shardmeter_operator.kueue import GROUP as KUEUE_GROUP
-from shardmeter_operator.kueue import VERSION as KUEUE_VERSION
-from shardmeter_operator.manifests import (
+from shardmeter_operator.k8s import watchguard
+from shardmeter_operator.k8s.client import Kube, connection_info, load_configuration
+from shardmeter_operator.render.jobset import GROUP as JOBSET_GROUP
+from shardmeter_operator.render.jobset import VERSION as JOBSET_VERSION
+from shardmeter_operator.render.kueue import GROUP as KUEUE_GROUP
+from shardmeter_operator.render.kueue import VERSION as KUEUE_VERSION
+from shardmeter_operator.render.labels import (
     COMPONENT_LABEL,
     MANAGED_BY,
     PLAN_UID_LABEL,
     POOL_ANNOTATION,
 )
-from shardmeter_operator.resources import GROUP, VERSION, GPUPoolStatus, TrainingPlanStatus
-from shardmeter_operator.workload_jobset import GROUP as JOBSET_GROUP
-from shardmeter_operator.workload_jobset import VERSION as JOBSET_VERSION
 
 GPUPOOLS = (GROUP, VERSION, "gpupools")
 PLANS = (GROUP, VERSION, "trainingplans")

@@ -11,15 +11,15 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from shardmeter_operator.observed_status import IslandObservation
-from shardmeter_operator.resources import (
+from shardmeter_operator.api import (
     DiLoCoSettings,
-    GPUPoolStatus,
     IslandState,
     Predictions,
     TrainingPlanPhase,
     TrainingPlanStatus,
 )
+from shardmeter_operator.api.observation import IslandObservation
+from shardmeter_operator.gpupool.decide import PoolGauges
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 PLAN_LABELS = ("namespace", "trainingplan")
@@ -375,19 +375,13 @@ def forget_pool(name: str) -> None:
     pool_age.stamps.pop(name, None)
 
 
-def publish_pool(name: str, st: GPUPoolStatus, coefficients_timestamp_s: float | None) -> None:
-    """A pool's series from its status (and when its coefficients were made, which the
-    ConfigMap's document holds); none while it has no coefficients."""
-    if not st.source or coefficients_timestamp_s is None:
+def publish_pool(name: str, g: PoolGauges | None) -> None:
+    """A pool's series as its reconcile decided them (None: it has no coefficients: none)."""
+    if g is None:
         forget_pool(name)
         return
-    set_pool(name, st.source, coefficients_timestamp_s, st.fit_mape)
-    observed = st.observed
-    set_pool_observed(
-        name,
-        observed.compute_scale if observed is not None else None,
-        observed.samples if observed is not None else 0,
-    )
+    set_pool(name, g.source, g.coefficients_timestamp_s, g.fit_mape)
+    set_pool_observed(name, g.observed_compute_scale, g.observed_samples)
 
 
 def _epoch(stamp: str) -> float:

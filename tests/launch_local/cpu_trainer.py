@@ -25,7 +25,7 @@ replaces only the device-bound parts:
   with its token count kept as torchtitan's ``batch_generator`` keeps it (``labels.numel()``
   per micro-batch) and its FLOPs per token from torchtitan's
   ``get_dense_model_nparams_and_flops``; only the device-memory monitor (CUDA-only) reads
-  the process's peak RSS instead. The operator's log parser (``shardmeter_operator.logparse``)
+  the process's peak RSS instead. The operator's log parser (``shardmeter_operator.observe.logparse``)
   is tested on these lines.
 
 What is not torchtitan: the model (a Llama-shaped decoder, width 64, with the config's

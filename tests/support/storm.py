@@ -11,7 +11,7 @@ measures how long after the storm every object is where a run without faults put
 * each plan's gauges: the reference's series and values; none for deleted plans,
 * the operator process still up.
 
-Used by ``tests/test_operator_faults.py`` (short storm) and ``benchmarks/bench_faults.py``
+Used by ``tests/operator/controller/test_faults.py`` (short storm) and ``benchmarks/bench_faults.py``
 (the one-minute storm, repeated, with figures).
 """
 
@@ -96,6 +96,7 @@ def _normal_status(status: Doc) -> Doc:
     out.pop("observed", None)
     for c in out.get("conditions") or []:
         c.pop("lastTransitionTime", None)
+    out["conditions"] = sorted(out.get("conditions") or [], key=lambda c: c["type"])  # a map
     for isl in out.get("islands") or []:
         isl.pop("observed", None)
     return out

@@ -61,7 +61,7 @@ app.kubernetes.io/component: operator
 {{- end }}
 {{- end }}
 
-{{/* RBAC rules where TrainingPlans live (shardmeter_operator/permissions.py, scope "workload"). */}}
+{{/* RBAC rules where TrainingPlans live (shardmeter_operator/k8s/permissions.py, scope "workload"). */}}
 {{- define "shardmeter.workloadRules" }}
   # TrainingPlans (patch: kopf removes finalizers an older version left), their status, and
   # blockOwnerDeletion on their children

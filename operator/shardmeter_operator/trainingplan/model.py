@@ -1,0 +1,200 @@
+"""Pure planning for TrainingPlans: resources → the model's PlanSpec → search → the typed
+status pieces (:mod:`shardmeter_operator.api`). No Kubernetes calls here; the
+reconciler runs `plan_outcome` and `reevaluate` in a worker thread."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from shardmeter.cost.coefficients import CoefficientsDocument
+from shardmeter.errors import spec_error_from_validation
+from shardmeter.plan.fixed import evaluate_fixed
+from shardmeter.plan.groups import IslandGroup
+from shardmeter.plan.result import build_result
+from shardmeter.plan.schema import PlanPool, PlanSpec
+from shardmeter.plan.search import search
+from shardmeter.sim.bottleneck import Bottleneck, blocks
+from shardmeter.sim.settings import SettingsChoice
+from shardmeter_operator.api import (
+    DiLoCoSettings,
+    FrontierPoint,
+    GPUPoolSpec,
+    IslandStatus,
+    Predictions,
+    TrainingPlanSpec,
+)
+from shardmeter_operator.api.errors import PoolInvalidError, PoolNotFoundError
+from shardmeter_operator.render.island import island_job_name
+
+FRONTIER_IN_STATUS = 5
+
+
+def plan_request(
+    spec: TrainingPlanSpec,
+    pools: Mapping[str, GPUPoolSpec],
+    invalid: Mapping[str, str] | None = None,
+) -> PlanSpec:
+    """The model's planning request for a TrainingPlan. A pool in ``invalid`` (name → why)
+    raises PoolInvalidError, a pool in neither PoolNotFoundError."""
+    plan_pools = []
+    for i, ref in enumerate(spec.pools):
+        if invalid and ref.name in invalid:
+            raise PoolInvalidError(
+                f"spec.pools[{i}].name",
+                f"GPUPool {ref.name!r} is invalid ({invalid[ref.name]}); fix the GPUPool",
+            )
+        pool = pools.get(ref.name)
+        if pool is None:
+            known = ", ".join(sorted(pools)) or "none"
+            raise PoolNotFoundError(
+                f"spec.pools[{i}].name",
+                f"GPUPool {ref.name!r} not found (GPUPools: {known}); create it or fix the name",
+            )
+        hardware = pool.model_dump(
+            by_alias=False,
+            include=set(PlanPool.model_fields) - {"name", "coefficients", "max_nodes"},
+        )
+        try:
+            plan_pools.append(
+                PlanPool.model_validate({**hardware, "name": ref.name, "max_nodes": ref.max_nodes})
+            )
+        except ValidationError as exc:
+            raise spec_error_from_validation(exc, f"spec.pools[{i}]") from exc
+    base = spec.model_dump(
+        by_alias=False,
+        include={"model", "training", "strategy", "constraints", "objective", "runtime"},
+    )
+    try:
+        return PlanSpec.model_validate({**base, "model": spec.model, "pools": plan_pools})
+    except ValidationError as exc:  # a rule across the plan and its pools (unique names, …)
+        raise spec_error_from_validation(exc, "spec") from exc
+
+
+@dataclass(frozen=True)
+class PlanOutcome:
+    """The chosen plan as status pieces."""
+
+    plan: str
+    island_count: int
+    gpus: int
+    islands: list[IslandStatus]
+    settings: DiLoCoSettings | None
+    predictions: Predictions
+    frontier: list[FrontierPoint]
+    sources: dict[str, str]
+    """Pool → "measured" | "prior"."""
+
+
+def plan_outcome(
+    name: str, request: PlanSpec, docs: Mapping[str, CoefficientsDocument | None]
+) -> PlanOutcome:
+    """Search and describe the chosen plan. Raises InfeasibleError / SpecError."""
+    result = build_result(search(request, dict(docs)))
+    c, d = result.chosen, result.detail
+    islands: list[IslandStatus] = []
+    for g in c.groups:
+        for _ in range(g.count):
+            islands.append(
+                IslandStatus(
+                    name=island_job_name(name, len(islands)),
+                    pool=g.pool,
+                    nodes=g.nodes,
+                    gpus_per_node=g.gpus_per_node,
+                    micro_batch=g.micro_batch,
+                    accumulation=g.accumulation,
+                    local_batch_tokens=g.local_batch_tokens,
+                    step_seconds=round(g.step_s, 6),
+                )
+            )
+    blocking = d.diloco.blocking_s_per_outer_step if d.diloco is not None else 0.0
+    settings = DiLoCoSettings.of(c.settings) if request.strategy.is_diloco else None
+    predictions = Predictions(
+        step_seconds=round(c.step_s, 6),
+        tokens_per_second=round(c.tokens_per_s, 3),
+        hours=round(c.hours, 4),
+        cost_usd=round(c.cost_usd, 2),
+        mfu=round(c.mfu, 4),
+        bottleneck=d.bottleneck,
+        outer_step_blocking_seconds=round(blocking, 6),
+    )
+    frontier = [
+        FrontierPoint(
+            label=p.label,
+            tokens_per_second=round(p.tokens_per_s, 3),
+            hours=round(p.hours, 4),
+            cost_usd=round(p.cost_usd, 2),
+        )
+        for p in result.frontier[:FRONTIER_IN_STATUS]
+    ]
+    return PlanOutcome(
+        c.label,
+        c.islands,
+        c.gpus,
+        islands,
+        settings,
+        predictions,
+        frontier,
+        dict(result.coefficient_sources),
+    )
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """Streaming DiLoCo settings for the islands in use that block less (or not at all)."""
+
+    choice: SettingsChoice
+    text: str
+
+
+@dataclass(frozen=True)
+class Reevaluation:
+    predictions: Predictions
+    blocking_s: float
+    recommendation: Recommendation | None
+    """None when the outer step is hidden; else the settings to use instead."""
+
+
+def reevaluate(
+    request: PlanSpec,
+    docs: Mapping[str, CoefficientsDocument | None],
+    islands: Sequence[IslandStatus],
+    settings: DiLoCoSettings | None,
+    previous: Predictions | None,
+) -> Reevaluation:
+    """Predict a launched plan again with the current coefficients (islands unchanged)."""
+    groups: dict[tuple[Any, ...], int] = {}
+    for isl in islands:
+        key = (isl.pool, isl.nodes, isl.gpus_per_node, isl.micro_batch, isl.accumulation)
+        groups[key] = groups.get(key, 0) + 1
+    fixed = [IslandGroup(k[0], n, k[1], k[2], k[3], k[4]) for k, n in groups.items()]
+    s = settings or DiLoCoSettings(sync_every=1, fragments=1, fragment_sync_delay=0)
+    ev = evaluate_fixed(request, docs, fixed, s.sync_every, s.fragments, s.fragment_sync_delay)
+    rec = None
+    if blocks(ev.blocking_s_per_outer_step) and ev.recommended is not None:
+        r = ev.recommended
+        text = f"fragments {r.fragments}, fragmentSyncDelay {r.fragment_sync_delay} at syncEvery {r.sync_every}"
+        if not r.zero_blocking:
+            text += (
+                f" (still {r.blocking_s_per_outer_step:.3g} s blocking; "
+                f"syncEvery ≥ {r.sync_every_for_zero_blocking} would hide it)"
+            )
+        rec = Recommendation(r, text)
+    bottleneck = (
+        Bottleneck.OUTER_STEP
+        if blocks(ev.blocking_s_per_outer_step)
+        else (previous.bottleneck if previous is not None else "")
+    )
+    predictions = Predictions(
+        step_seconds=round(ev.step_s, 6),
+        tokens_per_second=round(ev.tokens_per_s, 3),
+        hours=round(ev.hours, 4),
+        cost_usd=round(ev.cost_usd, 2),
+        mfu=round(ev.mfu, 4),
+        bottleneck=bottleneck,
+        outer_step_blocking_seconds=round(ev.blocking_s_per_outer_step, 6),
+    )
+    return Reevaluation(predictions, ev.blocking_s_per_outer_step, rec)
