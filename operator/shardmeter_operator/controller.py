@@ -176,9 +176,13 @@ class Controller:
         if kind == "Job":
             return self.plan_for_job(namespace, name)
         if kind == "JobSet":
-            return next(
-                (k for k in self.plans if k[0] == namespace and jobset_name(k[1]) == name), None
-            )
+            for key, body in self.plans.items():
+                if key[0] != namespace:
+                    continue
+                launch = ((body.get("status") or {}).get("launch")) or {}
+                sites = {str(s.get("jobSet")) for s in launch.get("sites") or []}
+                if jobset_name(key[1]) == name or name in sites:
+                    return key
         return None
 
     def plans_using(self, pool: str) -> list[tuple[str, str]]:
@@ -406,10 +410,14 @@ class Controller:
         stored = TrainingPlanStatus.model_validate(body.get("status") or {}).events
         await self._catch_up_pools(referenced_pools(body.get("spec") or {}))
 
+        written: list[tuple[EventOutbox, int]] = []
+
         async def write(status: TrainingPlanStatus, decided: Sequence[events.Event]) -> None:
             # the launch decision, before any child exists: its Events pending in it
-            status.events = events.outbox(stored, decided, name, uid)
+            box = events.outbox(stored, decided, name, uid)
+            status.events = box
             await self._write(body, "trainingplans", status)
+            written.append((box, len(decided)))
 
         ctx = PlanContext(
             self.cfg,
@@ -422,7 +430,13 @@ class Controller:
         result = await reconcile_plan(body, ctx)
         if result.search_s is not None:
             metrics.plan_search_seconds.observe(result.search_s)
-        changed = await self._settle(body, "trainingplans", result.status, stored, result.events)
+        # Events decided after a mid-reconcile write belong to the transition from the state
+        # it stored: a reconcile that starts from that state decides them again, by the same
+        # names (events.py)
+        start, done = written[-1] if written else (stored, 0)
+        changed = await self._settle(
+            body, "trainingplans", result.status, start, result.events[done:]
+        )
         if uid not in self.deleted:
             metrics.publish_plan(namespace, name, result.status)
         for pool, samples in result.samples.items():  # the pool's reconcile merges them

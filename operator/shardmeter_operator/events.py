@@ -12,7 +12,10 @@ state:
    is created) carries them in ``status.events.pending`` with the advanced ``sequence``;
    whichever reconcile succeeds next posts what is pending before anything else.
 3. The final status of a reconcile is written after its Events were posted, with ``pending``
-   empty.
+   empty. Events decided *after* such a write (the children created: ``Launched``) belong to
+   the transition from the state that write stored: they are named from its sequence, so a
+   reconcile that fails before its final write and the next one, which starts from that
+   stored state, decide them under the same names.
 
 So no Event is lost (it is pending in the stored status, or will be decided again from the
 same stored status) and none is posted twice (same name). Events are created under their own
