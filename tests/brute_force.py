@@ -12,10 +12,16 @@ settings-vectorisation code with ``shardmeter.plan``: it enumerates, with plain 
   [B, L] (with ``runtime: torchtitan-ft`` only those where every island processes the same),
 
 and scores each plan with the model's own single-plan pieces: the outer all_reduce path
-(`shardmeter.sim.outer`), each fragment's all_reduce (`fragment_all_reduce_seconds`) and the
-scalar Streaming DiLoCo settings rule (`shardmeter.sim.settings`). A layout's figures are
-those of its fastest plan (ties: the fewest sequences); the frontier uses the same tie rule
-as the optimizer (time, cost, nodes, islands)."""
+(`shardmeter.sim.outer`), each fragment's all_reduce (`fragment_all_reduce_seconds`), the
+scalar Streaming DiLoCo settings rule (`shardmeter.sim.settings`), and the cost layer's
+rules for a plan's footprint — GPU power (`shardmeter.cost.energy`), DiLoCo's quality
+(`shardmeter.cost.quality`) and WAN egress (`shardmeter.cost.egress`) — with its own billing
+(whole nodes with ``exclusiveNodes``) and its own pool utilisation (the first island shape,
+fewest GPUs then nodes, at its first fitting gradient-sync mode, largest micro-batch within the
+batch limit, no accumulation). A layout's figures are those of its fastest plan (ties: the
+fewest sequences); ranked figures are × the equivalent-token factor when the objective is
+quality-adjusted; a CO₂ budget drops the layouts above it; the frontier uses the same tie rule
+as the optimizer (ranked time, ranked cost, nodes, islands)."""
 
 from __future__ import annotations
 
@@ -25,11 +31,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 
+from shardmeter.cost.egress import run_egress, site_egress_usd_per_gb
+from shardmeter.cost.energy import co2_kg, facility_kwh, islands_facility_watts
 from shardmeter.cost.model import CostModel
+from shardmeter.cost.quality import equivalent_token_factor
 from shardmeter.plan.schema import PlanPool, PlanSpec
 from shardmeter.sim.fsdp import FSDPDurations, simulate_fsdp_step
 from shardmeter.sim.outer import IslandPlacement, outer_link
-from shardmeter.sim.scenario import IslandShape, fragment_all_reduce_seconds
+from shardmeter.sim.scenario import IslandShape, fragment_all_reduce_seconds, outer_payload_bytes
 from shardmeter.sim.settings import choose_blocking_sync_every, choose_sync_every, search_settings
 from shardmeter.spec.training import GradientSync, Sharding, StrategyKind
 
@@ -40,12 +49,35 @@ class Ref:
     """(pool, islands, nodes, GPUs per node) per used pool, in pool order."""
     time_s: float
     cost_usd: float
+    """GPU cost plus egress."""
     step_s: float
     sequences: int
     nodes: int
     islands: int
     tie: tuple[tuple[int, int, int, int], ...]
     """Per pool in order: (0, islands, nodes, GPUs per node) if used, else (1, 0, 0, 0)."""
+    energy_kwh: float = 0.0
+    co2_kg: float = 0.0
+    egress_usd: float = 0.0
+    factor: float = 1.0
+    """The equivalent-token factor; ranked figures are × ``rank``."""
+    rank: float = 1.0
+
+    @property
+    def rank_time_s(self) -> float:
+        return self.time_s * self.rank
+
+    @property
+    def rank_cost_usd(self) -> float:
+        return self.cost_usd * self.rank
+
+    @property
+    def rank_energy_kwh(self) -> float:
+        return self.energy_kwh * self.rank
+
+    @property
+    def rank_co2_kg(self) -> float:
+        return self.co2_kg * self.rank
 
 
 @dataclass(frozen=True)
@@ -93,10 +125,9 @@ def _configs(
     return tuple(out)
 
 
-def _options(spec: PlanSpec, limit: int) -> list[list[Option | None]]:
+def _options(spec: PlanSpec, limit: int, kmax: int) -> list[list[Option | None]]:
     c = spec.constraints
     on_gpu = spec.strategy.outer_state_on_gpu and spec.strategy.is_diloco
-    kmax = 1 if spec.strategy.kind is StrategyKind.FSDP else c.max_islands
     t = spec.training
     group = t.shard_group_nodes if t.sharding is Sharding.HSDP else 1
     per_pool: list[list[Option | None]] = []
@@ -127,17 +158,66 @@ def _options(spec: PlanSpec, limit: int) -> list[list[Option | None]]:
     return per_pool
 
 
-def _outer_overhead(spec: PlanSpec, used: list[Option], step_s: float) -> float:
-    """Seconds the outer level adds per inner step (inf where no settings are legal)."""
+def _utilisation(spec: PlanSpec, pool: PlanPool, cm: CostModel, limit: int) -> float:
+    """The pool's utilisation for power: its first island shape (fewest GPUs, then nodes)
+    that can run, at its first fitting gradient-sync mode's largest micro-batch within the
+    batch limit, without accumulation — compute busy ÷ step."""
+    c = spec.constraints
+    on_gpu = spec.strategy.outer_state_on_gpu and spec.strategy.is_diloco
+    t = spec.training
+    group = t.shard_group_nodes if t.sharding is Sharding.HSDP else 1
+    nodes = pool.nodes if pool.max_nodes is None else min(pool.nodes, pool.max_nodes)
+    shapes = []
+    for g in range(1, pool.gpus_per_node + 1):
+        for n in range(1, nodes + 1):
+            r = n * g
+            if pool.gpus_per_node % g or n % group or r < c.min_gpus_per_island:
+                continue
+            if c.max_gpus_per_island is not None and r > c.max_gpus_per_island:
+                continue
+            if c.max_gpus is not None and r > c.max_gpus:
+                continue
+            shapes.append((r, n, g))
+    modes = (
+        [GradientSync.EVERY_MICRO_BATCH, GradientSync.LAST_MICRO_BATCH]
+        if t.gradient_sync is GradientSync.AUTO
+        else [t.gradient_sync]
+    )
+    for r, n, g in sorted(shapes):
+        for sync in modes:
+            b1 = cm.max_micro_batch(r, 1, on_gpu, gradient_sync=sync, gpus_per_node=g)
+            b = min(b1, limit // r)
+            if b >= 1:
+                d = FSDPDurations.from_cost_model(cm, n, g, b)
+                step = simulate_fsdp_step(d, 1, gradient_sync=sync)
+                return step.compute_busy_s / step.step_s
+    return 1.0
+
+
+def _rails(spec: PlanSpec) -> dict[str, float | int]:
+    strat = spec.strategy
+    return {
+        "max_fragment_sync_delay": strat.max_fragment_sync_delay,
+        "max_fragment_sync_delay_fraction": strat.max_fragment_sync_delay_fraction,
+        "target_fragments": spec.model.num_layers / strat.layers_per_fragment,
+    }
+
+
+def _outer_overhead(spec: PlanSpec, used: list[Option], step_s: float) -> tuple[float, int]:
+    """Seconds the outer level adds per inner step (inf where no settings are legal), and the
+    syncEvery the rule picks (1 for FSDP)."""
     strat = spec.strategy
     if not strat.is_diloco:
-        return 0.0
+        return 0.0, 1
     on_gpu = strat.outer_state_on_gpu
     placements = [IslandPlacement(o.cm, o.shape.ranks) for o in used for _ in range(o.islands)]
     link = outer_link(placements)
     k = len(placements)
     outer_s = max(
-        o.cm.outer_step_seconds(spec.model.total_params, o.shape.ranks, on_gpu) for o in used
+        o.cm.outer_step_seconds(
+            spec.model.total_params, o.shape.ranks, on_gpu, strat.outer_precision
+        )
+        for o in used
     )
 
     def all_reduce(f: int) -> list[float]:
@@ -147,11 +227,12 @@ def _outer_overhead(spec: PlanSpec, used: list[Option], step_s: float) -> float:
     if strat.kind is StrategyKind.DILOCO:
         ar = all_reduce(1)[0]
         h = fixed_h or choose_blocking_sync_every(step_s, ar, max_sync_every=strat.max_sync_every)
-        return (ar + outer_s) / h
+        return (ar + outer_s) / h, h
     fixed_f = strat.fragments if isinstance(strat.fragments, int) else None
     fixed_fragment_sync_delay = (
         strat.fragment_sync_delay if isinstance(strat.fragment_sync_delay, int) else None
     )
+    rails = _rails(spec)
     try:
         if fixed_h is not None:
             choice = search_settings(
@@ -162,6 +243,8 @@ def _outer_overhead(spec: PlanSpec, used: list[Option], step_s: float) -> float:
                 fixed_f,
                 fixed_fragment_sync_delay,
                 max_fragment_sync_delay=strat.max_fragment_sync_delay,
+                max_fragment_sync_delay_fraction=strat.max_fragment_sync_delay_fraction,
+                target_fragments=float(rails["target_fragments"]),
             )
         else:
             choice = choose_sync_every(
@@ -173,10 +256,12 @@ def _outer_overhead(spec: PlanSpec, used: list[Option], step_s: float) -> float:
                 max_sync_every=strat.max_sync_every,
                 max_fragment_sync_delay=strat.max_fragment_sync_delay,
                 outer_step_s=outer_s,
+                max_fragment_sync_delay_fraction=strat.max_fragment_sync_delay_fraction,
+                target_fragments=float(rails["target_fragments"]),
             )
     except ValueError:
-        return math.inf
-    return (choice.blocking_s_per_outer_step + outer_s) / choice.sync_every
+        return math.inf, 1
+    return (choice.blocking_s_per_outer_step + outer_s) / choice.sync_every, choice.sync_every
 
 
 def _combos(used: list[Option], lo: int, hi: int, equal: bool) -> list[tuple[float, int]]:
@@ -209,16 +294,33 @@ def _combos(used: list[Option], lo: int, hi: int, equal: bool) -> list[tuple[flo
     return out
 
 
+def _islands_cap(spec: PlanSpec) -> int:
+    if spec.strategy.kind is StrategyKind.FSDP:
+        return 1
+    c = spec.constraints.max_islands
+    strat = spec.strategy
+    return min(c, strat.max_measured_islands) if strat.beyond_measured_islands.value == "cap" else c
+
+
 def brute_force(spec: PlanSpec) -> list[Ref]:
     """Every feasible layout with the figures of its best plan."""
     t = spec.training
+    strat = spec.strategy
+    obj = spec.objective
     lo = t.global_batch_sequences
     hi = math.floor(lo * (1 + spec.constraints.global_batch_tolerance) + 1e-9)
     equal = spec.runtime.value == "torchtitan-ft"
-    kmax = 1 if spec.strategy.kind is StrategyKind.FSDP else spec.constraints.max_islands
+    kmax = _islands_cap(spec)
     steps = t.total_tokens / t.seq_len_tokens / lo
+    utilisation = {
+        p.name: _utilisation(spec, p, CostModel(spec.model, spec.training, p), hi)
+        for p in spec.usable_pools()
+    }
+    prices = site_egress_usd_per_gb(spec.pools)
+    payload = outer_payload_bytes(spec.model, strat, float(spec.model.total_params))
+    budget = obj.co2_budget_kg if obj.co2_budget_kg is not None else math.inf
     out = []
-    for combo in itertools.product(*_options(spec, hi)):
+    for combo in itertools.product(*_options(spec, hi, kmax)):
         used = [o for o in combo if o is not None]
         islands = sum(o.islands for o in used)
         gpus = sum(o.islands * o.shape.ranks for o in used)
@@ -230,24 +332,52 @@ def brute_force(spec: PlanSpec) -> list[Ref]:
         if len(sites) > 1 and any(o.pool.wan_uplink is None for o in used):
             continue
         candidates = sorted(set(_combos(used, lo, hi, equal)))
-        overhead: Callable[[float], float] = cache(lambda s, u=used: _outer_overhead(spec, u, s))
+        overhead: Callable[[float], tuple[float, int]] = cache(
+            lambda s, u=used: _outer_overhead(spec, u, s)
+        )
         best: tuple[float, float, int] | None = None  # effective step, T, sequences
         for step_s, sequences in candidates:
             if best is not None and step_s > best[0]:
                 break  # effective step ≥ T: nothing later can win
-            eff = step_s + overhead(step_s)
+            eff = step_s + overhead(step_s)[0]
             if best is None or (eff, step_s, sequences) < best:
                 best = (eff, step_s, sequences)
         if best is None or not math.isfinite(best[0]):
             continue
         eff, step_s, sequences = best
+        h = overhead(step_s)[1]
         time_s = steps * eff
-        rate = sum(o.islands * o.shape.ranks * o.pool.price_per_gpu_hour_usd for o in used)
+        hours = time_s / 3600
+        rate = watts = co2_rate = 0.0
+        for o in used:
+            billed = o.islands * (
+                o.shape.nodes * o.pool.gpus_per_node if o.pool.exclusive_nodes else o.shape.ranks
+            )
+            rate += billed * o.pool.price_per_gpu_hour_usd
+            w = islands_facility_watts(
+                o.pool, o.islands, o.shape.nodes, o.shape.ranks, utilisation[o.pool.name]
+            )
+            watts += w
+            co2_rate += co2_kg(facility_kwh(w, 1.0, 1.0), o.pool.grid_carbon_intensity_g_per_kwh)
+        _, egress_usd = (
+            run_egress(payload, islands, steps / h, sites, prices) if strat.is_diloco else (0, 0)
+        )
+        factor = (
+            equivalent_token_factor(
+                float(spec.model.total_params), float(t.total_tokens), islands, h
+            )
+            if strat.is_diloco
+            else 1.0
+        )
+        rank = factor if obj.quality_adjusted else 1.0
+        co2 = co2_rate * hours
+        if co2 * rank > budget * (1 + 1e-12):
+            continue
         out.append(
             Ref(
                 tuple((o.pool.name, o.islands, o.shape.nodes, o.shape.gpus_per_node) for o in used),
                 time_s,
-                rate * time_s / 3600,
+                rate * hours + egress_usd,
                 step_s,
                 sequences,
                 sum(o.islands * o.shape.nodes for o in used),
@@ -258,17 +388,30 @@ def brute_force(spec: PlanSpec) -> list[Ref]:
                     else (0, o.islands, o.shape.nodes, o.shape.gpus_per_node)
                     for o in combo
                 ),
+                watts * hours / 1000,
+                co2,
+                egress_usd,
+                factor,
+                rank,
             )
         )
     return out
 
 
 def frontier(refs: list[Ref]) -> list[Ref]:
-    """Not dominated in (time, cost), fastest first; ties: fewer nodes, then islands, then
-    pools in order using (fewer islands, nodes, GPUs per node) before unused pools."""
+    """Not dominated in (ranked time, ranked cost), fastest first; ties: fewer nodes, then
+    islands, then pools in order using (fewer islands, nodes, GPUs per node) before unused
+    pools."""
     keep, best = [], math.inf
-    for r in sorted(refs, key=lambda r: (r.time_s, r.cost_usd, r.nodes, r.islands, r.tie)):
-        if r.cost_usd < best:
+    for r in sorted(
+        refs, key=lambda r: (r.rank_time_s, r.rank_cost_usd, r.nodes, r.islands, r.tie)
+    ):
+        if r.rank_cost_usd < best:
             keep.append(r)
-            best = r.cost_usd
+            best = r.rank_cost_usd
     return keep
+
+
+def canonical(refs: list[Ref]) -> list[Ref]:
+    """All of them in the optimizer's tie order."""
+    return sorted(refs, key=lambda r: (r.rank_time_s, r.rank_cost_usd, r.nodes, r.islands, r.tie))

@@ -88,6 +88,20 @@ def tiny_plans(draw: st.DrawFn) -> dict[str, Any]:
         training |= {"sharding": "hsdp", "shardGroupNodes": rnd.choice([1, 2, 2, 3])}
     if kind == "streaming-diloco" and rnd.random() < 0.25:  # auto syncEvery: multiples of P
         strategy["fragments"] = rnd.randint(1, layers)
+    # what a plan really costs (issue 25), drawn after everything above
+    objective: dict[str, Any] = {"kind": "min-time", "qualityAdjusted": rnd.random() < 0.6}
+    for pool in pools:
+        pool["pue"] = round(rnd.uniform(1.0, 2.0), 3)
+        pool["gridCarbonIntensityGPerKwh"] = rnd.choice([30.0, 250.0, 480.0, 800.0])
+        if rnd.random() < 0.4:
+            pool["wanEgressUsdPerGB"] = round(rnd.uniform(0.0, 0.1), 4)
+        if rnd.random() < 0.3:
+            pool["exclusiveNodes"] = True
+    strategy["outerPrecision"] = rnd.choice(["bf16", "fp32", "fp8", "int8", "fp4"])
+    strategy["layersPerFragment"] = rnd.choice([1, 2, 3])
+    strategy["maxFragmentSyncDelayFraction"] = rnd.choice([0.0, 0.05, 0.2, 1.0])
+    if rnd.random() < 0.3:
+        strategy |= {"beyondMeasuredIslands": "cap", "maxMeasuredIslands": rnd.randint(1, 3)}
     return {
         "model": {
             "name": "tiny",
@@ -103,7 +117,7 @@ def tiny_plans(draw: st.DrawFn) -> dict[str, Any]:
         "pools": pools,
         "constraints": constraints,
         "runtime": runtime,
-        "objective": {"kind": "min-time"},
+        "objective": objective,
     }
 
 

@@ -1,5 +1,7 @@
 """The optimizer against an independent brute force (`brute_force.py`): on random small
-instances the Pareto frontier is the same, plan for plan, with the same figures."""
+instances the Pareto frontier is the same, plan for plan, with the same figures — time, cost
+(whole nodes and WAN egress included), energy, CO₂e and the quality factor — and every
+objective (min-energy, min-co2, a CO₂ budget, quality-adjusted or not) picks the same plan."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from brute_force import Ref, brute_force, frontier
+from brute_force import Ref, brute_force, canonical, frontier
 from shardmeter.errors import InfeasibleError
 from shardmeter.plan.result import PlanSummary, build_result, summarise
 from shardmeter.plan.schema import PlanSpec
@@ -33,6 +35,10 @@ def assert_same_frontier(got: list[PlanSummary], want: list[Ref], seq_len: int) 
         assert p.cost_usd == pytest.approx(r.cost_usd, rel=REL)
         assert p.step_s == pytest.approx(r.step_s, rel=REL)
         assert p.global_batch_tokens == r.sequences * seq_len
+        assert p.energy_kwh == pytest.approx(r.energy_kwh, rel=REL)
+        assert p.co2_kg == pytest.approx(r.co2_kg, rel=REL, abs=1e-12)
+        assert p.egress_usd == pytest.approx(r.egress_usd, rel=REL, abs=1e-12)
+        assert p.quality.equivalent_token_factor == pytest.approx(r.factor, rel=REL)
 
 
 def assert_every_layout(result: Any, refs: list[Ref]) -> None:
@@ -49,6 +55,7 @@ def assert_every_layout(result: Any, refs: list[Ref]) -> None:
         if p is not None:
             assert p.hours * 3600 == pytest.approx(r.time_s, rel=REL), r.layout
             assert p.cost_usd == pytest.approx(r.cost_usd, rel=REL), r.layout
+            assert p.energy_kwh == pytest.approx(r.energy_kwh, rel=REL), r.layout
             continue
         gpus = [(pool, k, n * g) for pool, k, n, g in r.layout]
         better = [
@@ -58,7 +65,7 @@ def assert_every_layout(result: Any, refs: list[Ref]) -> None:
             and all(a[2] <= b[2] for a, b in zip(key, r.layout, strict=True))
         ]
         assert better, f"layout {r.layout} missing"
-        assert min(q.hours for q in better) * 3600 <= r.time_s * (1 + REL)
+        assert min(q.rank_hours for q in better) * 3600 <= r.rank_time_s * (1 + REL)
     assert len(got) <= len(refs)
 
 
@@ -99,18 +106,25 @@ def test_branch_and_bound_frontier_matches_brute_force(raw: dict[str, Any]) -> N
     check(raw, mode="frontier")
 
 
-def expected_choice(want: list[Ref], objective: dict[str, Any]) -> Ref:
+def expected_choice(want: list[Ref], objective: dict[str, Any], every: list[Ref]) -> Ref:
+    """The objective's plan from the brute force's frontier (``want``) or, for min-energy and
+    min-co2, from every layout (``every``): ties in canonical order."""
     kind = objective["kind"]
     if kind == "min-time":
         return want[0]
     if kind == "min-cost":
         return want[-1]
+    if kind in ("min-energy", "min-co2"):
+        ordered = canonical(every)
+        key = (lambda r: r.rank_energy_kwh) if kind == "min-energy" else (lambda r: r.rank_co2_kg)
+        least = min(key(r) for r in ordered)
+        return next(r for r in ordered if key(r) == least)
     if kind == "cost-budget":
-        return next(r for r in want if r.cost_usd <= objective["costBudgetUsd"])
+        return next(r for r in want if r.rank_cost_usd <= objective["costBudgetUsd"])
     if kind == "time-budget":
-        return [r for r in want if r.time_s <= objective["timeBudgetHours"] * 3600][-1]
-    floor = objective["throughputFraction"] * (1 / want[0].time_s) * (1 - 1e-12)
-    return [r for r in want if 1 / r.time_s >= floor][-1]
+        return [r for r in want if r.rank_time_s <= objective["timeBudgetHours"] * 3600][-1]
+    floor = objective["throughputFraction"] * (1 / want[0].rank_time_s) * (1 - 1e-12)
+    return [r for r in want if 1 / r.rank_time_s >= floor][-1]
 
 
 @settings(max_examples=80, deadline=None, derandomize=True, database=None)
@@ -124,33 +138,63 @@ def expected_choice(want: list[Ref], objective: dict[str, Any]) -> Ref:
             {"kind": "throughput-fraction", "throughputFraction": 0.5},
             {"kind": "cost-budget", "costBudgetUsd": 1.0},
             {"kind": "time-budget", "timeBudgetHours": 1.0},
+            {"kind": "min-energy"},
+            {"kind": "min-co2"},
+            {"kind": "min-cost", "qualityAdjusted": False},
+            {"kind": "throughput-fraction", "throughputFraction": 0.9, "qualityAdjusted": False},
         ]
     ),
 )
 def test_branch_and_bound_objective_matches_brute_force(
     raw: dict[str, Any], objective: dict[str, Any]
 ) -> None:
+    objective = {**raw["objective"], **objective}
     spec = PlanSpec.model_validate({**raw, "objective": objective})
-    want = frontier(brute_force(spec))
+    every = brute_force(spec)
+    want = frontier(every)
     if not want:
         return
     if objective["kind"] in ("cost-budget", "time-budget"):
         # a budget between two frontier plans (or at the cheapest/fastest end)
         mid = want[len(want) // 2]
         budget = (
-            {"costBudgetUsd": mid.cost_usd * 1.0001}
+            {"costBudgetUsd": mid.rank_cost_usd * 1.0001}
             if objective["kind"] == "cost-budget"
-            else {"timeBudgetHours": mid.time_s * 1.0001 / 3600}
+            else {"timeBudgetHours": mid.rank_time_s * 1.0001 / 3600}
         )
         objective = {**objective, **budget}
         spec = PlanSpec.model_validate({**raw, "objective": objective})
     out = search(spec, force_mode="objective")
     assert out.stats.proven
     chosen = build_result(out).chosen
-    best = expected_choice(want, objective)
+    best = expected_choice(want, objective, every)
     assert layout(chosen) == best.layout
     assert chosen.hours * 3600 == pytest.approx(best.time_s, rel=REL)
     assert chosen.cost_usd == pytest.approx(best.cost_usd, rel=REL)
+    assert chosen.energy_kwh == pytest.approx(best.energy_kwh, rel=REL)
+
+
+@settings(max_examples=40, deadline=None, derandomize=True, database=None)
+@given(tiny_plans())
+def test_a_co2_budget_matches_brute_force(raw: dict[str, Any]) -> None:
+    """A budget between the least and the most CO₂e of the plans: the same plans survive it
+    and the objective picks the same one (or both say there is none)."""
+    every = brute_force(PlanSpec.model_validate(raw))
+    if not every:
+        return
+    co2 = sorted(r.rank_co2_kg for r in every)
+    budget = co2[len(co2) // 2] * 1.0000001 if co2[len(co2) // 2] > 0 else 1.0
+    objective = {**raw["objective"], "co2BudgetKg": budget}
+    spec = PlanSpec.model_validate({**raw, "objective": objective})
+    refs = brute_force(spec)
+    assert all(r.rank_co2_kg <= budget * (1 + 1e-12) for r in refs)
+    for mode in ("exhaustive", "objective"):
+        if not refs:
+            with pytest.raises(InfeasibleError, match=r"co2BudgetKg"):
+                search(spec, force_mode=mode)
+            continue
+        chosen = build_result(search(spec, force_mode=mode)).chosen
+        assert layout(chosen) == expected_choice(frontier(refs), objective, refs).layout
 
 
 @pytest.mark.slow
@@ -174,4 +218,4 @@ def test_medium_instances_match_brute_force(seed: int, runtime: str, strategy: s
             continue
         s = PlanSpec.model_validate({**raw, "objective": objective})
         chosen = build_result(search(s, force_mode="objective")).chosen
-        assert layout(chosen) == expected_choice(refs, objective).layout
+        assert layout(chosen) == expected_choice(refs, objective, every).layout

@@ -58,16 +58,17 @@ def test_slower_wan_blocks_and_recommends() -> None:
     assert ev.blocking_s_per_outer_step > 0
     assert ev.tokens_per_s < c.tokens_per_s  # type: ignore[attr-defined]
     rec = ev.recommended
-    assert rec is not None and (rec.fragments, rec.fragment_sync_delay) != (
-        c.fragments,
-        c.fragment_sync_delay,
-    )  # type: ignore[attr-defined]
+    # 1 Gbit/s cannot carry the outer step within the guard-rails: the recommendation says so
+    # (the plan already runs the preferred fragments, so it may keep them)
+    assert rec is not None and not rec.zero_blocking
+    assert "allow" in rec.reason and rec.blocking_s_per_outer_step > 0
 
 
 def test_the_plan_the_old_greedy_never_scored_is_found() -> None:
     """Issue #11: 2×4×8 H200 at micro-batch 3 + 8×1×8 A100 beats what the greedy apportioning
     chose (8×1×8 H200 + 2×4×8 A100, 24.04 h, $7,354). The exact search scores it, the fixed-plan
-    evaluator agrees with its figures, and the chosen plan is at least as fast and as cheap."""
+    evaluator agrees with its figures, and the chosen plan is at least as fast and as cheap on
+    the figures the objective ranks (data-parallel-equivalent: it has 10 islands)."""
     spec, _ = load_plan(REPO / "examples" / "case-study.yaml")
     result = build_result(search(spec))
     out = result.output
@@ -84,4 +85,5 @@ def test_the_plan_the_old_greedy_never_scored_is_found() -> None:
     assert ev.tokens_per_s == pytest.approx(p.tokens_per_s, rel=0.01)
     assert p.hours < 24.04 and p.cost_usd < 7354
     c = result.chosen
-    assert c.hours <= p.hours * (1 + 1e-9) and c.cost_usd <= p.cost_usd * (1 + 1e-9)
+    assert c.rank_hours <= p.rank_hours * (1 + 1e-9)
+    assert c.rank_cost_usd <= p.rank_cost_usd * (1 + 1e-9)

@@ -24,7 +24,12 @@ from shardmeter.plan.schema import PlanSpec, load_plan
 from shardmeter.plan.search import build_space, search
 from shardmeter.sim.outer import IslandPlacement, outer_link
 from shardmeter.sim.scenario import fragment_all_reduce_seconds
-from shardmeter.sim.settings import choose_sync_every, search_settings, sync_every_candidates
+from shardmeter.sim.settings import (
+    GuardRails,
+    choose_sync_every,
+    search_settings,
+    sync_every_candidates,
+)
 from shardmeter.spec.hardware import LINK_PRESETS
 
 REPO = Path(__file__).resolve().parents[1]
@@ -172,14 +177,17 @@ def _scalar(
     def all_reduce(f: int) -> list[float]:
         return fragment_all_reduce_seconds(spec.model, strat, link, islands, f)
 
+    rails = GuardRails.of(strat, spec.model.num_layers)
     c = choose_sync_every(
         step,
         all_reduce,
         spec.model.num_layers,
         strat.fragments if isinstance(strat.fragments, int) else None,
-        max_sync_every=strat.max_sync_every,
-        max_fragment_sync_delay=strat.max_fragment_sync_delay,
+        max_sync_every=rails.max_sync_every,
+        max_fragment_sync_delay=rails.max_fragment_sync_delay,
         outer_step_s=outer_s,
+        max_fragment_sync_delay_fraction=rails.max_fragment_sync_delay_fraction,
+        target_fragments=rails.target_fragments,
     )
     return (
         c.sync_every,
@@ -214,7 +222,7 @@ def test_vectorised_settings_equal_the_scalar_rule(wan: str, max_h: int, fragmen
         got = model.evaluate(
             mask,
             np.array([k * len(used)]),
-            np.array([ranks]),
+            np.array([ranks / 8]),  # the islands' share of node networks (8 GPUs per node)
             np.array([outer_s]),
             np.array([step]),
         )

@@ -26,21 +26,31 @@ from shardmeter.spec.loading import (
     read_document,
     validate,
 )
-from shardmeter.spec.pool import PoolHardware, PoolSpec
+from shardmeter.spec.pool import (
+    DEFAULT_GRID_CARBON_INTENSITY_G_PER_KWH,
+    DEFAULT_PUE,
+    MAX_GRID_CARBON_INTENSITY,
+    MAX_PUE,
+    PoolHardware,
+    PoolSpec,
+)
 from shardmeter.spec.training import ActivationCheckpointing, TrainingSpec
 
-TRAINING_FLAGS = tuple(
-    SpecFlag(name, "--" + name.replace("_", "-"))
-    for name in (
-        "precision",
-        "activation_checkpointing",
-        "activation_checkpointing_every",
-        "gradient_sync",
-        "torch_compile",
-        "sharding",
-        "shard_group_nodes",
-        "grad_reduce_bytes",
-    )
+TRAINING_FLAGS = (
+    SpecFlag("precision", "--precision", "bf16|fp32|fp8"),
+    *(
+        SpecFlag(name, "--" + name.replace("_", "-"))
+        for name in (
+            "activation_checkpointing",
+            "activation_checkpointing_every",
+            "gradient_sync",
+            "torch_compile",
+            "sharding",
+            "shard_group_nodes",
+            "grad_reduce_bytes",
+            "total_tokens",
+        )
+    ),
 )
 """`TrainingSpec` fields exposed as ``--kebab-case`` flags (the rest come from
 ``--seq-len``/``--micro-batch`` or keep their defaults)."""
@@ -76,6 +86,8 @@ MODEL_POOL_FLAGS: dict[str, str] = {
     "pool.inter_node_link": "--inter-node-link",
     "pool.network": "--network",
     "pool.power_cap_watts": "--power-cap-watts",
+    "pool.pue": "--pue",
+    "pool.grid_carbon_intensity_g_per_kwh": "--grid-carbon-intensity-g-per-kwh",
     "training": "--seq-len",
     "training.seq_len_tokens": "--seq-len",
     "training.global_batch_tokens": "--micro-batch",
@@ -142,6 +154,19 @@ def add_model_pool_args(p: argparse.ArgumentParser) -> None:
         help="GPU power limit, within the board's (default: the board's TDP)",
     )
     g.add_argument(
+        "--pue",
+        type=float_arg(1.0, MAX_PUE),
+        metavar="X",
+        help=f"the site's power usage effectiveness (1–{MAX_PUE:g}; default {DEFAULT_PUE:g})",
+    )
+    g.add_argument(
+        "--grid-carbon-intensity-g-per-kwh",
+        type=float_arg(0.0, MAX_GRID_CARBON_INTENSITY),
+        metavar="G",
+        help="the site's grid carbon intensity in gCO₂e/kWh (default "
+        f"{DEFAULT_GRID_CARBON_INTENSITY_G_PER_KWH:g}, the 2023 world average)",
+    )
+    g.add_argument(
         "--coefficients", metavar="FILE", help="coefficients JSON (default: datasheet priors)"
     )
     t = p.add_argument_group("training")
@@ -201,6 +226,12 @@ def build_cost_model(args: argparse.Namespace) -> CostModel:
                 else None,
                 "network": network_from_arg(args.network) if args.network else None,
                 "power_cap_watts": args.power_cap_watts,
+                **({"pue": args.pue} if args.pue is not None else {}),
+                **(
+                    {"grid_carbon_intensity_g_per_kwh": args.grid_carbon_intensity_g_per_kwh}
+                    if args.grid_carbon_intensity_g_per_kwh is not None
+                    else {}
+                ),
             },
             "pool",
         )

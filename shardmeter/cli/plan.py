@@ -72,6 +72,12 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument("--no-files", action="store_true", help="write no pictures or trace")
     p.add_argument(
+        "--colour-by",
+        choices=["none", "co2"],
+        default="none",
+        help="colour the frontier plot's plans by their CO₂e (co2) or not (none, the default)",
+    )
+    p.add_argument(
         "--rows",
         type=int_arg(0, 100_000),
         default=10,
@@ -193,7 +199,7 @@ def plan_file(
     return build_result(out)
 
 
-def write_files(result: PlanResult, folder: Path) -> dict[str, str]:
+def write_files(result: PlanResult, folder: Path, colour_by: str = "none") -> dict[str, str]:
     out = result.output
     title = f"{out.spec.model.name} — {out.spec.strategy.kind.value}"
     obj = out.spec.objective
@@ -208,6 +214,7 @@ def write_files(result: PlanResult, folder: Path) -> dict[str, str]:
                 result.fastest,
                 folder / "frontier.png",
                 f"{title}: cost vs runtime",
+                colour_by,
             )
         ),
         "top20": str(
@@ -251,7 +258,7 @@ def run(args: argparse.Namespace) -> int:
     files: dict[str, str] = {}
     if folder is not None:
         target = folder
-        files = writing("--out", folder, lambda: write_files(result, target))
+        files = writing("--out", folder, lambda: write_files(result, target, args.colour_by))
     if args.json:
         emit_json(result_dict(result, top_by_throughput(result, 20), files))
     else:

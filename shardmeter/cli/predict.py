@@ -8,6 +8,7 @@ from typing import Any
 
 from shardmeter.cli.args import HelpFormatter, int_arg
 from shardmeter.cli.common import MODEL_POOL_FLAGS, add_model_pool_args, build_cost_model, emit_json
+from shardmeter.cost.energy import co2_kg, facility_kwh, gpu_power_watts, islands_facility_watts
 from shardmeter.cost.model import CostModel
 from shardmeter.cost.stragglers import straggler_factor
 from shardmeter.output import format as fmt
@@ -125,6 +126,22 @@ def prediction(
             "straggler_factor": straggler_factor(ranks),
         },
         "roofline_clamped": list(ut.roofline_clamped),
+        "power": _power(cm, nodes, gpus_per_node, step.compute_busy_s / step.step_s),
+    }
+
+
+def _power(cm: CostModel, nodes: int, gpus_per_node: int, utilisation: float) -> dict[str, Any]:
+    """The island's draw (`shardmeter.cost.energy`) and what an hour of it costs in energy
+    and CO₂e."""
+    watts = islands_facility_watts(cm.pool, 1, nodes, nodes * gpus_per_node, utilisation)
+    kwh = facility_kwh(watts, 1.0, 1.0)
+    return {
+        "utilisation": utilisation,
+        "gpu_watts": gpu_power_watts(cm.gpu, cm.pool.power_cap_watts, utilisation),
+        "pue": cm.pool.pue,
+        "facility_kw": watts / 1000,
+        "kwh_per_hour": kwh,
+        "co2_kg_per_hour": co2_kg(kwh, cm.pool.grid_carbon_intensity_g_per_kwh),
     }
 
 
@@ -205,6 +222,13 @@ def render(p: dict[str, Any]) -> str:
         f"  {p['step']['evidence']}; slowest of {isl['ranks']} GPUs: "
         f"×{p['step']['straggler_factor']:.3f}",
     ]
+    pw = p["power"]
+    lines.append(
+        f"power: {pw['gpu_watts']:.0f} W per GPU at {fmt.percent(pw['utilisation'])} compute "
+        f"utilisation; the island draws {pw['facility_kw']:.1f} kW at the meter (PUE "
+        f"{pw['pue']:g}): {pw['kwh_per_hour']:.1f} kWh and {pw['co2_kg_per_hour']:.1f} kg CO₂e "
+        "per hour"
+    )
     if p["roofline_clamped"]:
         lines.append(
             "warning: raised to the roofline bound (fit extrapolates too fast): "

@@ -5,6 +5,7 @@ explicit durations file (what-if analysis)."""
 from __future__ import annotations
 
 import argparse
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,9 @@ from shardmeter.cli.args import (
 )
 from shardmeter.cli.common import MODEL_POOL_FLAGS, add_model_pool_args, build_cost_model, emit_json
 from shardmeter.cli.specflags import SpecFlag, add_spec_flags, flag_names, spec_values
+from shardmeter.cost.energy import co2_kg, facility_kwh, gpu_power_watts, islands_facility_watts
+from shardmeter.cost.model import CostModel
+from shardmeter.cost.quality import strategy_quality
 from shardmeter.errors import SpecError
 from shardmeter.output import format as fmt
 from shardmeter.output.sim_plots import SweepPoint, plot_batch_sweep, plot_timeline
@@ -236,6 +240,24 @@ def _render(p: dict[str, Any]) -> str:
         "critical path: "
         + ", ".join(f"{k} {fmt.percent(v)}" for k, v in st["critical_path_share"].items()),
     ]
+    q, e = p.get("quality"), p.get("energy")
+    if q and (q["loss_penalty_vs_dp"] or q["equivalent_token_factor"] != 1.0):
+        lo, hi = q["equivalent_token_factor_range"]
+        lines += [
+            "",
+            f"quality: eval loss {100 * q['loss_penalty_vs_dp']:+.2f} % ± "
+            f"{100 * q['loss_penalty_uncertainty']:.2f} pp against data-parallel; "
+            f"×{q['equivalent_token_factor']:.3f} tokens ({lo:.3f}–{hi:.3f}) to reach its loss",
+            f"  basis: {q['basis']}",
+            *[f"  warning: {w}" for w in q["warnings"]],
+        ]
+    if e:
+        lines.append(
+            f"power: {e['gpu_watts']:.0f} W per GPU at {fmt.percent(e['utilisation'])} compute "
+            f"utilisation, {e['facility_kw']:.1f} kW at the meter; {fmt.si(e['total_tokens'])} "
+            f"tokens in {e['hours']:,.1f} h: {fmt.energy(e['energy_kwh'])}, "
+            f"{fmt.mass(e['co2_kg'])} CO₂e"
+        )
     d = p.get("diloco")
     if d:
         lines += [
@@ -328,6 +350,7 @@ def _from_cost_model(args: argparse.Namespace) -> dict[str, Any]:
         outcome = simulate_islands(cm.model, strategy, islands, link, rounds=args.rounds)
         payload["diloco"] = _diloco_dict(outcome.result, outcome.choice, link.description)
         payload["_diloco"] = outcome.result
+    _add_footprint(payload, args, cm, shape, step, strategy, tokens)
     if args.sweep_png:
         points = []
         most = cm.max_micro_batch(shape.ranks, args.accumulation, gpus_per_node=shape.gpus_per_node)
@@ -353,6 +376,54 @@ def _from_cost_model(args: argparse.Namespace) -> dict[str, Any]:
         )
         payload["sweep_png"] = str(sweep)
     return payload
+
+
+def _add_footprint(
+    payload: dict[str, Any],
+    args: argparse.Namespace,
+    cm: CostModel,
+    shape: IslandShape,
+    step: StepResult,
+    strategy: StrategySpec,
+    tokens_per_island_step: int,
+) -> None:
+    """Quality against data-parallel (DiLoCo strategies), power, energy and CO₂e of the
+    simulated islands training ``training.totalTokens`` (``--total-tokens``)."""
+    islands = args.islands if strategy.is_diloco else 1
+    diloco: DiLoCoResult | None = payload.get("_diloco")
+    sync_every, fragments, delay = 1, 1, 0
+    effective_s = step.step_s
+    if diloco is not None:
+        s = diloco.settings
+        sync_every, fragments, delay = s.sync_every, s.fragments, s.fragment_sync_delay
+        effective_s = diloco.period_s / s.sync_every
+    m = cm.model
+    quality = strategy_quality(
+        float(m.total_params),
+        float(cm.training.total_tokens),
+        m.num_layers,
+        strategy,
+        islands,
+        sync_every,
+        fragments,
+        delay,
+    )
+    payload["quality"] = asdict(quality)
+    utilisation = step.compute_busy_s / step.step_s if step.step_s > 0 else 1.0
+    watts = islands_facility_watts(cm.pool, islands, shape.nodes, shape.ranks, utilisation)
+    tokens_per_s = islands * tokens_per_island_step / effective_s if effective_s > 0 else 0.0
+    hours = cm.training.total_tokens / tokens_per_s / 3600 if tokens_per_s > 0 else 0.0
+    kwh = facility_kwh(watts, hours, 1.0)
+    payload["energy"] = {
+        "utilisation": utilisation,
+        "gpu_watts": gpu_power_watts(cm.gpu, cm.pool.power_cap_watts, utilisation),
+        "facility_kw": watts / 1000,
+        "total_tokens": cm.training.total_tokens,
+        "hours": hours,
+        "energy_kwh": kwh,
+        "co2_kg": co2_kg(kwh, cm.pool.grid_carbon_intensity_g_per_kwh),
+        "dp_equivalent_energy_kwh": kwh * quality.equivalent_token_factor,
+    }
 
 
 def run(args: argparse.Namespace) -> int:

@@ -42,6 +42,7 @@ from shardmeter.cost.collectives import Topology, replica_all_reduce_seconds, ri
 from shardmeter.cost.elementwise import block_bytes, float8_cast_bytes, head_bytes
 from shardmeter.cost.features import CANDIDATE_FEATURES, Target, feature_values
 from shardmeter.cost.memory import MemoryBreakdown, max_micro_batch, memory_breakdown
+from shardmeter.cost.outer_precision import conversion_seconds
 from shardmeter.cost.power import clock_fraction
 from shardmeter.cost.priors import network_prior, pool_priors
 from shardmeter.cost.step import sustained_step_parts
@@ -444,19 +445,30 @@ class CostModel:
         m = self.model
         return UnitPayloads(m.params_embedding, m.params_per_block, m.params_head)
 
-    def outer_step_seconds(self, fragment_params: int, ranks: int, state_on_gpu: bool) -> float:
+    def outer_step_seconds(
+        self,
+        fragment_params: int,
+        ranks: int,
+        state_on_gpu: bool,
+        outer_precision: Precision = Precision.FP32,
+    ) -> float:
         """DiLoCo outer optimizer step (Nesterov SGD) and merge for one fragment on one rank.
 
         Estimated with the optimizer-step regression at the fragment's parameters per rank
         (outer SGD with momentum moves fewer bytes than AdamW, so this errs long). When the
         outer state lives on the CPU (torchft's default) the fragment's FP32 parameters also
-        cross PCIe to the host and back, at ``HOST_LINK_BYTES_PER_S``.
+        cross PCIe to the host and back, at ``HOST_LINK_BYTES_PER_S``. An outer precision
+        narrower than FP32 adds its conversion pass (`shardmeter.cost.outer_precision`).
         """
         local = fragment_params / ranks
         values = feature_values(self.model, 0, 0, params_local=local)
         seconds = sum(self._split(Target.OPTIMIZER_STEP, values).values()) * self.compute_scale
         if not state_on_gpu:
             seconds += 2 * 4 * local / HOST_LINK_BYTES_PER_S
+        g = self.gpu
+        seconds += conversion_seconds(
+            outer_precision, local, g.hbm_bandwidth_bytes_per_s, g.memory_efficiency
+        )
         return seconds
 
     # ---- memory ---------------------------------------------------------------------------

@@ -35,10 +35,6 @@ from __future__ import annotations
 from shardmeter.errors import SpecError
 from shardmeter.spec.hardware import GPUSpec
 
-STATIC_POWER_FRACTION = 0.15
-"""Static share of the board power: the idle draw nvidia-smi reports for SXM A100/H100
-boards (≈ 55–60 W of 400 W, ≈ 70–100 W of 700 W)."""
-
 
 def sustained_clock_ratio(benchmark_duty_cycle: float, training_duty_cycle: float) -> float:
     """Matmul clock of a training step relative to the benchmark that measured the matmul
@@ -73,7 +69,7 @@ def clock_fraction(
     """Sustained SM clock under ``power_cap_watts`` relative to the clock at the TDP."""
     if power_cap_watts is None or power_cap_watts >= gpu.tdp_watts:
         return 1.0
-    static = STATIC_POWER_FRACTION * gpu.tdp_watts
+    static = gpu.static_power_fraction * gpu.tdp_watts  # the pool's own check uses the same
     if power_cap_watts <= static:
         raise SpecError(
             where,

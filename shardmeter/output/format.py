@@ -36,6 +36,22 @@ def usd(value: float) -> str:
     return f"${value:,.0f}" if value >= 100 else f"${value:,.2f}"
 
 
+def energy(kwh: float) -> str:
+    """812 → '812 kWh'; 12_345 → '12.3 MWh'; 4.5e6 → '4.50 GWh'."""
+    if kwh >= 1e6:
+        return f"{kwh / 1e6:.2f} GWh"
+    if kwh >= 1e4:
+        return f"{kwh / 1e3:,.1f} MWh"
+    return f"{kwh:,.0f} kWh"
+
+
+def mass(kg: float) -> str:
+    """CO₂e: 85.3 → '85 kg'; 12_345 → '12.3 t'."""
+    if kg >= 1e4:
+        return f"{kg / 1e3:,.1f} t"
+    return f"{kg:,.0f} kg"
+
+
 def percent(value: float) -> str:
     return f"{100 * value:.1f} %"
 

@@ -43,6 +43,10 @@ def result_dict(
         "guard_rails": {
             "max_sync_every": out.spec.strategy.max_sync_every,
             "max_fragment_sync_delay": out.spec.strategy.max_fragment_sync_delay,
+            "max_fragment_sync_delay_fraction": out.spec.strategy.max_fragment_sync_delay_fraction,
+            "layers_per_fragment": out.spec.strategy.layers_per_fragment,
+            "max_measured_islands": out.spec.strategy.max_measured_islands,
+            "beyond_measured_islands": out.spec.strategy.beyond_measured_islands.value,
         },
         "frontier": [p.as_dict() for p in result.frontier],
         "top_by_throughput": [p.as_dict() for p in (top or [])],

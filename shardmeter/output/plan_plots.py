@@ -20,20 +20,33 @@ def plot_frontier(
     fastest: PlanSummary,
     path: str | Path,
     title: str = "",
+    colour_by: str = "none",
 ) -> Path:
+    """Every scored plan's cost against its runtime, on the figures the objective ranks by
+    (data-parallel-equivalent when quality-adjusted), the frontier highlighted.
+    ``colour_by="co2"`` colours the plans by their CO₂e, with a colour bar."""
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(8, 5.5), layout="constrained")
     ok = evaluated.feasible
-    ax.scatter(
-        evaluated.time_s[ok] / 3600,
-        evaluated.cost_usd[ok],
-        s=6,
-        color="#b0b0b0",
-        label=f"feasible plans ({int(ok.sum()):,})",
-        rasterized=True,
-    )
-    fx = [p.hours for p in frontier]
-    fy = [p.cost_usd for p in frontier]
+    x, y = evaluated.rank_time_s[ok] / 3600, evaluated.rank_cost_usd[ok]
+    if colour_by == "co2" and ok.any():
+        co2 = evaluated.rank_co2_kg[ok] / 1000
+        cloud = ax.scatter(
+            x,
+            y,
+            s=8,
+            c=co2,
+            cmap="viridis",
+            label=f"feasible plans ({int(ok.sum()):,}), coloured by CO₂e",
+            rasterized=True,
+        )
+        fig.colorbar(cloud, ax=ax, label="CO₂e (t)")
+    else:
+        ax.scatter(
+            x, y, s=6, color="#b0b0b0", label=f"feasible plans ({int(ok.sum()):,})", rasterized=True
+        )
+    fx = [p.rank_hours for p in frontier]
+    fy = [p.rank_cost_usd for p in frontier]
     ax.plot(
         fx,
         fy,
@@ -44,8 +57,8 @@ def plot_frontier(
         label=f"Pareto frontier ({len(frontier)})",
     )
     ax.scatter(
-        [fastest.hours],
-        [fastest.cost_usd],
+        [fastest.rank_hours],
+        [fastest.rank_cost_usd],
         s=90,
         marker="^",
         color="#d62728",
@@ -53,8 +66,8 @@ def plot_frontier(
         label=f"fastest: {fastest.label}",
     )
     ax.scatter(
-        [chosen.hours],
-        [chosen.cost_usd],
+        [chosen.rank_hours],
+        [chosen.rank_cost_usd],
         s=160,
         marker="*",
         color="#2ca02c",
@@ -63,8 +76,9 @@ def plot_frontier(
     )
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlabel("wall-clock (hours)")
-    ax.set_ylabel("cost (USD)")
+    eq = " to data-parallel's loss" if chosen.ranked_by_quality else ""
+    ax.set_xlabel(f"wall-clock{eq} (hours)")
+    ax.set_ylabel(f"cost{eq} (USD)")
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8, loc="upper right")
     if title:
@@ -86,7 +100,7 @@ def plot_top(
     n = len(plans)
     fig, ax = plt.subplots(figsize=(max(8, 0.55 * n + 3), 5.5), layout="constrained")
     x = np.arange(n)
-    tps = np.array([p.tokens_per_s for p in plans])
+    tps = np.array([p.rank_tokens_per_s for p in plans])
     best = float(tps.max()) if n else 0.0
     floor = (throughput_fraction or 0.0) * best
     within = tps >= floor * (1 - 1e-12)
@@ -105,7 +119,7 @@ def plot_top(
     ax.set_ylabel("throughput (tokens/s; axis not from zero)")
     ax.set_xticks(x, [p.label for p in plans], rotation=60, ha="right", fontsize=7)
     ax2 = ax.twinx()
-    costs = [p.cost_usd for p in plans]
+    costs = [p.rank_cost_usd for p in plans]
     ax2.plot(x, costs, "-o", color="#ff7f0e", markersize=4, label="cost (USD)")
     if chosen is not None:
         idx = [i for i, p in enumerate(plans) if p.layout == chosen.layout]

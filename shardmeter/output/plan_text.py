@@ -16,10 +16,19 @@ def _blocking(p: PlanSummary) -> str:
     return fmt.seconds(p.blocking_s_per_outer_step) if p.blocking_s_per_outer_step > 0 else "0"
 
 
+def _penalty(p: PlanSummary) -> str:
+    q = p.quality
+    if q.equivalent_token_factor == 1.0 and q.loss_penalty_vs_dp == 0.0:
+        return "-"
+    return f"{100 * q.loss_penalty_vs_dp:+.2f} %"
+
+
 def plans_table(plans: list[PlanSummary], chosen: PlanSummary) -> str:
+    """Each plan's figures for the requested tokens and, where DiLoCo costs quality, what
+    reaching data-parallel's loss takes (the figures a quality-adjusted objective ranks)."""
     rows = []
     for p in plans:
-        mark = "→" if p == chosen else " "
+        mark = "→" if p.layout == chosen.layout else " "
         rows.append(
             [
                 f"{mark} {p.label}",
@@ -27,6 +36,12 @@ def plans_table(plans: list[PlanSummary], chosen: PlanSummary) -> str:
                 fmt.si(p.tokens_per_s),
                 f"{p.hours:,.1f}",
                 fmt.usd(p.cost_usd),
+                _penalty(p),
+                f"×{p.quality.equivalent_token_factor:.3f}",
+                f"{p.dp_equivalent_hours:,.1f}",
+                fmt.usd(p.dp_equivalent_cost_usd),
+                fmt.energy(p.energy_kwh),
+                fmt.mass(p.co2_kg),
                 fmt.percent(p.mfu),
                 _blocking(p),
             ]
@@ -38,12 +53,52 @@ def plans_table(plans: list[PlanSummary], chosen: PlanSummary) -> str:
             "tokens/s",
             "hours",
             "cost",
+            "loss vs DP",
+            "tokens",
+            "DP-eq. h",
+            "DP-eq. cost",
+            "energy",
+            "CO₂e",
             "MFU",
             "blocking/outer step",
         ],
         rows,
-        "lrrrrrr",
+        "lrrrrrrrrrrrr",
     )
+
+
+def footprint_lines(c: PlanSummary) -> list[str]:
+    """The chosen plan's quality, energy, CO₂e, egress and billing, one line each."""
+    q = c.quality
+    lo, hi = q.equivalent_token_factor_range
+    lines = []
+    if q.basis and (q.loss_penalty_vs_dp != 0.0 or q.equivalent_token_factor != 1.0):
+        lines.append(
+            f"quality: eval loss {100 * q.loss_penalty_vs_dp:+.2f} % ± "
+            f"{100 * q.loss_penalty_uncertainty:.2f} pp against data-parallel on the same "
+            f"tokens; ×{q.equivalent_token_factor:.3f} tokens ({lo:.3f}–{hi:.3f}) to reach its "
+            f"loss: {c.dp_equivalent_hours:,.1f} h, {fmt.usd(c.dp_equivalent_cost_usd)}, "
+            f"{fmt.energy(c.dp_equivalent_energy_kwh)}, {fmt.mass(c.dp_equivalent_co2_kg)} CO₂e"
+            + (" (what the objective ranked)" if c.ranked_by_quality else "")
+        )
+        lines.append(f"  basis: {q.basis}")
+    else:
+        lines.append(f"quality: {q.basis}")
+    lines += [f"  warning: {w}" for w in q.warnings]
+    lines.append(
+        f"energy: {fmt.energy(c.energy_kwh)} at the sites' meters (GPU draw × PUE), "
+        f"{fmt.mass(c.co2_kg)} CO₂e"
+    )
+    if c.egress_gb > 0:
+        lines.append(
+            f"WAN egress: {c.egress_gb:,.0f} GB out of the sites, {fmt.usd(c.egress_usd)} "
+            f"(in the cost; GPUs {fmt.usd(c.gpu_cost_usd)})"
+        )
+    if c.billed_gpus != c.gpus:
+        lines.append(
+            f"billed: {c.billed_gpus} GPUs for the {c.gpus} used (exclusiveNodes: whole nodes)"
+        )
+    return lines
 
 
 def search_line(result: PlanResult) -> str:
@@ -69,6 +124,7 @@ def render_text(result: PlanResult, files: dict[str, str] | None = None, rows: i
     out = result.output
     spec = out.spec
     c, d = result.chosen, result.detail
+    obj = spec.objective
     lines = [
         f"{spec.model.name}: {spec.training.total_tokens / 1e9:,.0f} B tokens, global batch "
         f"{spec.training.global_batch_tokens:,} tokens, seq {spec.training.seq_len_tokens}, "
@@ -87,13 +143,20 @@ def render_text(result: PlanResult, files: dict[str, str] | None = None, rows: i
             else ""
         ),
         search_line(result),
+        "ranking: "
+        + (
+            "by what reaching data-parallel's loss takes (figures × the equivalent-token "
+            "factor; objective.qualityAdjusted)"
+            if obj.quality_adjusted
+            else "by the figures for the requested tokens (objective.qualityAdjusted: false)"
+        )
+        + (f"; CO₂e budget {fmt.mass(obj.co2_budget_kg)}" if obj.co2_budget_kg else ""),
         "",
         "Pareto frontier (fastest first):",
         plans_table(result.frontier[:rows], c),
     ]
     if len(result.frontier) > rows:
         lines.append(f"  … {len(result.frontier) - rows} more on the frontier (see --json)")
-    obj = spec.objective
     lines += [
         "",
         f"chosen ({obj.kind.value}"
@@ -131,6 +194,7 @@ def render_text(result: PlanResult, files: dict[str, str] | None = None, rows: i
         f"{fmt.si(c.tokens_per_s)} tokens/s, {c.hours:,.1f} h, {fmt.usd(c.cost_usd)} ({fmt.usd(c.usd_per_hour)}/h), "
         f"MFU {fmt.percent(c.mfu)}",
         f"bottleneck: {d.bottleneck} — {d.evidence}",
+        *footprint_lines(c),
     ]
     if d.diloco is not None:
         r = d.diloco
@@ -159,16 +223,18 @@ def paper_reading(result: PlanResult) -> list[str]:
     the plans within the throughput tolerance differ in cost."""
     c, f, s = result.chosen, result.fastest, result.spread
     lines = []
+    ranked = " (data-parallel-equivalent)" if c.ranked_by_quality else ""
     if f.layout != c.layout:
         lines.append(
-            f"vs the fastest plan ({f.label}, {fmt.usd(f.cost_usd)}): {fmt.percent(result.saving_vs_fastest)} "
-            f"cheaper, {fmt.percent(1 - c.tokens_per_s / f.tokens_per_s)} less throughput"
+            f"vs the fastest plan{ranked} ({f.label}, {fmt.usd(f.rank_cost_usd)}): "
+            f"{fmt.percent(result.saving_vs_fastest)} cheaper, "
+            f"{fmt.percent(1 - c.rank_tokens_per_s / f.rank_tokens_per_s)} less throughput"
         )
     else:
         lines.append("the chosen plan is the fastest plan (no saving against it)")
     scope = "" if s.complete else " scored"
     lines.append(
-        f"within {fmt.percent(s.throughput_fraction)} of the best throughput: {s.plans:,} plan(s){scope}, "
+        f"within {fmt.percent(s.throughput_fraction)} of the best throughput{ranked}: {s.plans:,} plan(s){scope}, "
         f"{fmt.usd(s.min_cost_usd)} ({s.cheapest}) to {fmt.usd(s.max_cost_usd)} ({s.dearest}): "
         f"the cheapest saves {fmt.percent(s.spread)} against the dearest (paper §V: 21.69 % against "
         "the fastest)"

@@ -9,8 +9,12 @@ Goals (all exact for what they return):
 * ``all`` — no pruning: every layout is scored (small instances; the full cloud of Fig. 7);
 * ``frontier`` — prunes descendants whose bound a frontier point strictly dominates: the
   exact Pareto frontier;
-* ``time`` / ``cost`` — minimise time or cost under optional caps, pruning against the
-  incumbent: the objective's exact optimum.
+* ``time`` / ``cost`` / ``energy`` / ``co2`` — minimise that figure under optional time and
+  cost caps, pruning against the incumbent: the objective's exact optimum.
+
+Everything compared is a *ranked* figure (`Evaluation.rank_time_s` …): with quality-adjusted
+objectives a layout's figures × its equivalent-token factor, bounded below for descendants
+by the least factor any layout with more islands can have (`QualityTable.least_factor`).
 
 A deadline stops the search early; the lower bound over every subtree not yet explored then
 gives the proven gap of the best plan found.
@@ -34,7 +38,7 @@ from shardmeter.plan.apportion import (
     weighted_last,
 )
 from shardmeter.plan.bounds import SuffixTables
-from shardmeter.plan.descendants import DescendantBounds, Node
+from shardmeter.plan.descendants import BOUNDS, COST, TIME, DescendantBounds, Node
 from shardmeter.plan.evaluate import Evaluation, Evaluator
 from shardmeter.plan.frontier import RELATIVE_TIE, merge_frontier, pareto_frontier
 from shardmeter.plan.options import max_islands
@@ -48,9 +52,13 @@ CHILD_CHUNK = 512
 @dataclass
 class Goal:
     minimise: str
-    """``all``, ``frontier``, ``time`` or ``cost``."""
+    """``all``, ``frontier``, ``time``, ``cost``, ``energy`` or ``co2``."""
     time_cap_s: float = math.inf
     cost_cap_usd: float = math.inf
+
+
+OPTIMISED = ("time", "cost", "energy", "co2")
+"""The goals that minimise one figure against an incumbent."""
 
 
 @dataclass
@@ -75,8 +83,9 @@ ProgressCallback = Callable[[Progress], None]
 class Frame:
     node: Node
     options: IntArray
-    time_lb: FloatArray
-    cost_lb: FloatArray
+    lb: FloatArray
+    """(children × 4): lower bounds on (time, cost, energy, CO₂e) of each child's
+    descendants (`bound_columns`)."""
     weight: float
     """Share of the whole tree under each child."""
     index: int = 0
@@ -134,7 +143,11 @@ class TreeSearch:
             self._update_best(part)
         if self.frontier is not None:
             self._update_best(self.frontier)
-        cap = goal.time_cap_s / self.evaluator.steps if math.isfinite(goal.time_cap_s) else math.inf
+        cap = (
+            goal.time_cap_s / (self.evaluator.steps * self.evaluator.least_rank_factor)
+            if math.isfinite(goal.time_cap_s)
+            else math.inf
+        )
         if cap != self.tables_cap:
             if self.evaluator.equal:
                 self.tables.rates_per_cell(cap)
@@ -158,7 +171,7 @@ class TreeSearch:
                 continue
             i = frame.index
             frame.index += 1
-            if self._pruned(frame.time_lb[i : i + 1], frame.cost_lb[i : i + 1])[0]:
+            if self._pruned(frame.lb[i : i + 1])[0]:
                 self.done_weight += frame.weight
                 continue
             child = self._child(frame.node, int(frame.options[i]))
@@ -183,13 +196,13 @@ class TreeSearch:
                     for a in range(0, len(opts), CHILD_CHUNK):
                         self._score_only(root, opts[a : a + CHILD_CHUNK])
             if math.isfinite(self.best):
-                top = self.best / self.evaluator.steps
+                top = self.best / (self.evaluator.steps * self.evaluator.least_rank_factor)
         if math.isfinite(self.tables.cap_s):
             top = min(top, self.tables.cap_s)
-        if self.goal.minimise in ("time", "cost") and top != self.grid_top:
+        if self.goal.minimise in OPTIMISED and top != self.grid_top:
             self.tables.set_grid(top)
             self.grid_top = top
-        elif self.goal.minimise not in ("time", "cost") and self.grid_top != self.tables.max_step:
+        elif self.goal.minimise not in OPTIMISED and self.grid_top != self.tables.max_step:
             self.tables.set_grid(self.tables.max_step)
             self.grid_top = self.tables.max_step
 
@@ -216,7 +229,7 @@ class TreeSearch:
         best = min(node.efficiency, float(self.tables.efficiency[o]))
         if self.evaluator.equal:
             state = np.maximum(node.state, row)
-            return Node(
+            child = Node(
                 int(self.position[o]),
                 choice,
                 node.islands + k,
@@ -228,6 +241,7 @@ class TreeSearch:
                 spend=spend,
                 efficiency=best,
             )
+            return self._with_rates(child, node, o)
         hi = self.evaluator.grid.hi
         d = minmax_convolve(node.state, group_row(row, k, hi))
         child = Node(
@@ -244,6 +258,13 @@ class TreeSearch:
             best,
         )
         child.maxsum = self._maxsum(d)
+        return self._with_rates(child, node, o)
+
+    def _with_rates(self, child: Node, node: Node, o: int) -> Node:
+        """The child's power and CO₂ rate: its parent's plus option ``o``'s."""
+        t = self.evaluator.table
+        child.watts = node.watts + float(t.facility_watts[o])
+        child.co2_rate = node.co2_rate + float(t.co2_kg_per_hour[o])
         return child
 
     def _maxsum(self, d: FloatArray) -> IntArray:
@@ -267,27 +288,30 @@ class TreeSearch:
         opts = opts[
             (t.islands[opts] <= self.kmax - node.islands) & (t.gpus[opts] <= self.gmax - node.gpus)
         ]
-        time_lb = np.zeros(len(opts))
-        cost_lb = np.zeros(len(opts))
+        lb = np.zeros((len(opts), len(BOUNDS)))
         for a in range(0, len(opts), CHILD_CHUNK):
             sl = slice(a, a + CHILD_CHUNK)
-            time_lb[sl], cost_lb[sl] = self._score_children(node, opts[sl])
+            lb[sl] = self._score_children(node, opts[sl])
         # only children that can still grow (a later pool, an island to spare) are expanded
         grows = (self.position[opts] + 1 < self.n_pools) & (
             node.islands + t.islands[opts] < self.kmax
         )
-        alive = grows & np.isfinite(time_lb) & ~self._pruned(time_lb, cost_lb)
+        alive = grows & np.isfinite(lb[:, TIME]) & ~self._pruned(lb)
         share = weight / max(len(opts), 1)
         self.done_weight += share * float((~alive).sum()) + (weight if not len(opts) else 0.0)
-        opts, time_lb, cost_lb = opts[alive], time_lb[alive], cost_lb[alive]
-        key = cost_lb if self.goal.minimise == "cost" else time_lb
+        opts, lb = opts[alive], lb[alive]
+        key = (
+            lb[:, BOUNDS.index(self.goal.minimise)] if self.goal.minimise in BOUNDS else lb[:, TIME]
+        )
         order = np.argsort(key, kind="stable")
-        return Frame(node, opts[order], time_lb[order], cost_lb[order], share)
+        return Frame(node, opts[order], lb[order], share)
 
-    def _score_children(self, node: Node, opts: IntArray) -> tuple[FloatArray, FloatArray]:
+    def _score_children(self, node: Node, opts: IntArray) -> FloatArray:
+        """Score the children and bound their descendants: (children × 4) ranked lower
+        bounds on (time, cost, energy, CO₂e)."""
         self._score_only(node, opts)
         if self.goal.minimise == "all":
-            return np.zeros(len(opts)), np.zeros(len(opts))  # nothing is pruned: no bound
+            return np.zeros((len(opts), len(BOUNDS)))  # nothing is pruned: no bound
         return self.descendants.bounds(node, opts, self._exact_theta())
 
     def _score_only(self, node: Node, opts: IntArray) -> None:
@@ -325,14 +349,15 @@ class TreeSearch:
 
     def _update_best(self, ev: Evaluation) -> None:
         g = self.goal
-        if g.minimise not in ("time", "cost") or not len(ev):
+        if g.minimise not in OPTIMISED or not len(ev):
             return
-        ok = (ev.time_s <= g.time_cap_s * (1 + RELATIVE_TIE)) & (
-            ev.cost_usd <= g.cost_cap_usd * (1 + RELATIVE_TIE)
+        time_s, cost = ev.rank_time_s, ev.rank_cost_usd
+        ok = (time_s <= g.time_cap_s * (1 + RELATIVE_TIE)) & (
+            cost <= g.cost_cap_usd * (1 + RELATIVE_TIE)
         )
-        first, second = (
-            (ev.time_s, ev.cost_usd) if g.minimise == "time" else (ev.cost_usd, ev.time_s)
-        )
+        figures = (time_s, cost, ev.rank_energy_kwh, ev.rank_co2_kg)
+        first = figures[BOUNDS.index(g.minimise)]
+        second = cost if g.minimise == "time" else time_s
         if ok.any():
             i = np.flatnonzero(ok)
             j = i[np.lexsort((second[i], first[i]))[0]]
@@ -342,21 +367,25 @@ class TreeSearch:
 
     def _exact_theta(self) -> float:
         """The inner step a subtree must undercut to matter: the time cap's, and when
-        minimising time the incumbent's (inner step ≤ time / steps)."""
+        minimising time the incumbent's (inner step ≤ ranked time / (steps × the least
+        factor))."""
         theta = self.tables.cap_s
         if self.goal.minimise == "time" and math.isfinite(self.best):
-            theta = min(theta, self.best / self.evaluator.steps)
+            ev = self.evaluator
+            theta = min(theta, self.best / (ev.steps * ev.least_rank_factor))
         return theta
 
-    def _pruned(self, time_lb: FloatArray, cost_lb: FloatArray) -> BoolArray:
+    def _pruned(self, lb: FloatArray) -> BoolArray:
+        """Which children's descendants cannot matter, from their (… × 4) lower bounds."""
         g = self.goal
+        time_lb, cost_lb = lb[:, TIME], lb[:, COST]
         if g.minimise == "all":
-            return np.zeros(len(time_lb), dtype=bool)
+            return np.zeros(len(lb), dtype=bool)
         if g.minimise == "frontier":
             f = self.frontier
             if f is None or len(f) == 0:
-                return np.zeros(len(time_lb), dtype=bool)
-            ft, fc = f.time_s[None, :], f.cost_usd[None, :]
+                return np.zeros(len(lb), dtype=bool)
+            ft, fc = f.rank_time_s[None, :], f.rank_cost_usd[None, :]
             tl, cl = time_lb[:, None], cost_lb[:, None]
             dom = (ft <= tl) & (fc <= cl) & ((ft < tl) | (fc < cl))
             return np.asarray(dom.any(axis=1) | ~np.isfinite(time_lb))
@@ -364,7 +393,8 @@ class TreeSearch:
         out = (time_lb > g.time_cap_s * slack) | (cost_lb > g.cost_cap_usd * slack)
         # lexicographic incumbent: strictly worse on the goal (beyond float noise), or no
         # better on it and worse on the tie-break (time ties are bit-exact: same formula)
-        first, second = (time_lb, cost_lb) if g.minimise == "time" else (cost_lb, time_lb)
+        first = lb[:, BOUNDS.index(g.minimise)]
+        second = cost_lb if g.minimise == "time" else time_lb
         shrink = 1 - RELATIVE_TIE
         worse = (first * shrink > self.best) | (
             (first >= self.best) & (second * shrink > self.best_second)
@@ -373,9 +403,10 @@ class TreeSearch:
 
     def _open_bound(self, stack: list[Frame]) -> float:
         g = self.goal
+        column = BOUNDS.index(g.minimise) if g.minimise in BOUNDS else TIME
         lows = []
         for f in stack:
-            rest = f.time_lb[f.index :] if g.minimise != "cost" else f.cost_lb[f.index :]
+            rest = f.lb[f.index :, column]
             if len(rest):
                 lows.append(float(rest.min()))
         return min(lows, default=math.inf)

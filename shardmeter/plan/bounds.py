@@ -87,6 +87,7 @@ class SuffixTables:
         self.all_steps = np.unique(finite)
         """Every step time in the tables: a plan's inner step is one of them."""
         self.exact_theta = INF
+        self._capacities: dict[float, tuple[IntArray, IntArray]] = {}
         self.maxcell_exact = np.zeros(len(steps), dtype=np.int64)
         self.ms_exact = np.zeros((n + 1, self.kmax + 1), dtype=np.int64)
         self.theta_next = INF
@@ -192,9 +193,19 @@ class SuffixTables:
         if theta == self.exact_theta or not np.isfinite(theta):
             return
         self.exact_theta = theta
+        self.maxcell_exact, self.ms_exact = self.capacities(theta)
+        i = int(np.searchsorted(self.all_steps, theta, side="right"))
+        self.theta_next = float(self.all_steps[i]) if i < len(self.all_steps) else INF
+
+    def capacities(self, theta: float) -> tuple[IntArray, IntArray]:
+        """(per shape row: the most cells one island processes within ``theta``; MS at
+        ``theta``: per position and island budget m, the most cells the pools from there on
+        process with ≤ m islands), cached per step time."""
+        if theta in self._capacities:
+            return self._capacities[theta]
         t = self.table
         cells = np.arange(t.steps.shape[1])
-        self.maxcell_exact = np.where(t.steps <= theta, cells[None, :], 0).max(axis=1)
+        maxcell = np.where(t.steps <= theta, cells[None, :], 0).max(axis=1)
         n, kmax = len(self.order), self.kmax
         out = np.zeros((n + 1, kmax + 1), dtype=np.int64)
         for j in range(n - 1, -1, -1):
@@ -202,14 +213,15 @@ class SuffixTables:
             cur = nxt.copy()
             for o in self.groups[j]:
                 k = int(t.islands[o])
-                gain = k * int(self.maxcell_exact[t.row[o]])
+                gain = k * int(maxcell[t.row[o]])
                 if k > kmax or gain <= 0:
                     continue
                 np.maximum(cur[k:], nxt[: kmax + 1 - k] + gain, out=cur[k:])
             out[j] = np.maximum.accumulate(cur)
-        self.ms_exact = out
-        i = int(np.searchsorted(self.all_steps, theta, side="right"))
-        self.theta_next = float(self.all_steps[i]) if i < len(self.all_steps) else INF
+        if len(self._capacities) >= 64:
+            self._capacities.pop(next(iter(self._capacities)))
+        self._capacities[theta] = (maxcell, out)
+        return maxcell, out
 
     def rates_per_sum(self, cap_s: float) -> None:
         """MR[j][m][s]: least $/h with which pools at positions ≥ j add at least s cells with

@@ -42,6 +42,7 @@ from shardmeter.cost.model import CostModel
 from shardmeter.plan.schema import PlanSpec
 from shardmeter.sim.fsdp import FSDPDurations, fsdp_step_seconds
 from shardmeter.sim.scenario import IslandShape, IslandStepModel
+from shardmeter.spec.precision import Precision
 from shardmeter.spec.training import GradientSync
 
 FloatArray = npt.NDArray[np.float64]
@@ -184,6 +185,17 @@ class ShapeTable:
         """The cells this shape can process at all."""
         return np.flatnonzero(np.isfinite(self.step_s))
 
+    def reference_utilisation(self) -> float:
+        """Compute-stream busy share of one island's step at the shape's *reference
+        configuration*: the first variant that fits a micro-batch, at the largest
+        micro-batch it tries, without accumulation (`StepResult.compute_busy_s` ÷
+        ``step_s``)."""
+        for vi in sorted({v for v, _ in self.models}):
+            b = max(m for v, m in self.models if v == vi)
+            step = self.models[(vi, b)].simulate(1)
+            return step.compute_busy_s / step.step_s if step.step_s > 0 else 1.0
+        return 1.0
+
 
 def _durations_dominate(a: FSDPDurations, b: FSDPDurations) -> bool:
     """Every task of ``a`` is at most as long as ``b``'s (same units): then ``a``'s step is
@@ -263,6 +275,7 @@ def build_shape_table(
     grid: BatchGrid,
     outer_state_on_gpu: bool,
     total_params: int,
+    outer_precision: Precision = Precision.FP32,
 ) -> ShapeTable | None:
     """The table of ``shape`` (None when it cannot process a single cell)."""
     r = shape.ranks
@@ -303,7 +316,7 @@ def build_shape_table(
         micro_batch=mb,
         accumulation=acc,
         variant=var,
-        outer_step_s=cm.outer_step_seconds(total_params, r, outer_state_on_gpu),
+        outer_step_s=cm.outer_step_seconds(total_params, r, outer_state_on_gpu, outer_precision),
         micro_batch_max=b_max_seen,
         micro_batches_tried=tried,
         sampled=sampled,
@@ -335,7 +348,8 @@ def candidate_shapes(
 def class_key(cm: CostModel) -> str:
     """Pools whose islands run at the same speed share their tables: the same hardware (GPU,
     GPUs per node, links, network, power cap) and the same predictive coefficients — names,
-    node counts, prices, sites and WAN uplinks do not change an island's step."""
+    node counts, prices, sites, WAN uplinks, PUE, carbon intensity, egress prices and node
+    billing do not change an island's step."""
     hardware = cm.pool.model_dump(
         mode="json",
         exclude={
@@ -346,6 +360,10 @@ def class_key(cm: CostModel) -> str:
             "site",
             "wan_uplink",
             "coefficients",
+            "pue",
+            "grid_carbon_intensity_g_per_kwh",
+            "wan_egress_usd_per_gb",
+            "exclusive_nodes",
         },
     )
     doc = cm.coefficients.model_dump(

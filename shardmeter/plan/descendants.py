@@ -10,7 +10,12 @@ pruning never loses a plan; the tables over later pools come from `shardmeter.pl
   the rule can pick for such an inner step on the worst outer link;
 * **cost** — rate × T per cell (equal batches) or rate × the inner-step bound, the rate at
   least the chosen one plus the cheapest way to supply what is missing; and
-  rate × T ≥ Σ islands × cells × best dollars per cell (efficiency).
+  rate × T ≥ Σ islands × cells × best dollars per cell (efficiency); WAN egress ≥ 0;
+* **energy, CO₂e** — (the chosen options' power or CO₂ rate + the least of any later pool's
+  option) × the time bound;
+* **ranked figures** — each × the least equivalent-token factor of any layout with more
+  islands than the child (`shardmeter.plan.footprint.QualityTable.least_factor`) when the
+  objective is quality-adjusted.
 """
 
 from __future__ import annotations
@@ -51,6 +56,15 @@ class Node:
     """The best efficiency among the chosen options."""
     maxsum: IntArray | None = None
     """weighted: the most cells with D ≤ θ on the bound grid."""
+    watts: float = 0.0
+    """Facility power of the chosen options."""
+    co2_rate: float = 0.0
+    """kg CO₂e per hour of the chosen options."""
+
+
+BOUNDS = ("time", "cost", "energy", "co2")
+"""The columns of `DescendantBounds.bounds`: ranked lower bounds on these figures."""
+TIME, COST, ENERGY, CO2 = range(4)
 
 
 class DescendantBounds:
@@ -72,21 +86,28 @@ class DescendantBounds:
         self.position = np.zeros(len(t.options), dtype=np.int64)
         for j, g in enumerate(groups):
             self.position[g] = j
-        self.min_rate_after = np.full(self.n_pools + 1, math.inf)
+        self.min_rate_after = self._least_after(t.usd_per_hour, groups)
         """The cheapest option of the pools from each position on."""
-        for j in range(self.n_pools - 1, -1, -1):
-            rates = t.usd_per_hour[groups[j]]
-            here = float(rates.min()) if len(rates) else math.inf
-            self.min_rate_after[j] = min(self.min_rate_after[j + 1], here)
+        self.min_watts_after = self._least_after(t.facility_watts, groups)
+        self.min_co2_rate_after = self._least_after(t.co2_kg_per_hour, groups)
         gpn = evaluator.outer.gpus_per_node
         self.min_rails = float((t.ranks / gpn[t.pool]).min(initial=1.0))
         """The fewest node networks any island fills (the worst outer all_reduce)."""
         self._cells_cache: dict[int, IntArray] = {}
 
-    def bounds(self, node: Node, opts: IntArray, theta: float) -> tuple[FloatArray, FloatArray]:
-        """(time, cost) lower bounds on the descendants of each child ``node`` + option;
-        ``theta``: the inner step a descendant must undercut to matter (weighted runtime's
-        exact capacity test), inf for none."""
+    def _least_after(self, values: FloatArray, groups: Sequence[IntArray]) -> FloatArray:
+        """Per position: the least of ``values`` over the options of the pools from it on."""
+        out = np.full(self.n_pools + 1, math.inf)
+        for j in range(self.n_pools - 1, -1, -1):
+            here = values[groups[j]]
+            out[j] = min(out[j + 1], float(here.min()) if len(here) else math.inf)
+        return out
+
+    def bounds(self, node: Node, opts: IntArray, theta: float) -> FloatArray:
+        """(children × 4) ranked lower bounds on (time, cost, energy, CO₂e) of the
+        descendants of each child ``node`` + option (`BOUNDS`); ``theta``: the inner step a
+        descendant must undercut to matter (weighted runtime's exact capacity test), inf for
+        none."""
         ev = self.evaluator
         t = ev.table
         n = len(opts)
@@ -96,22 +117,54 @@ class DescendantBounds:
         outer_s = np.maximum(node.outer_s, t.outer_step_s[opts])
         has_more = (pos + 1 < self.n_pools) & (islands < self.kmax)
         if not has_more.any():
-            return np.full(n, math.inf), np.full(n, math.inf)
+            return np.full((n, len(BOUNDS)), math.inf)
+        # the least factor of any descendant (it has more islands than the child)
+        f_min = ev.quality.least_factor(islands + 1) if ev.quality_adjusted else np.ones(len(opts))
+        dead = np.zeros(n, dtype=bool)
         if ev.equal:
-            t_lb, rate_lb, product_lb = self._equal_bounds(node, opts, pos, islands, rate)
+            t_lb, rate_lb, product_lb, t_f, product_f = self._equal_bounds(
+                node, opts, pos, islands, rate
+            )
         else:
-            t_lb, rate_lb = self._weighted_bounds(node, opts, pos, islands, rate, theta)
+            t_lb, rate_lb, t_f, f_theta, rate_f = self._weighted_bounds(
+                node, opts, pos, islands, rate, theta
+            )
+            # for the descendants that can matter; none can where f_theta is inf
+            dead = ~np.isfinite(f_theta)
+            f_min = np.where(dead, f_min, np.maximum(f_min, f_theta))
+            t_f = np.maximum(t_f, t_lb * f_min)
             product_lb = rate_lb * t_lb
+            product_f = rate_lb * t_f
+            if ev.quality_adjusted:
+                with np.errstate(invalid="ignore"):  # inf × 0 where nothing is reachable
+                    coupled = np.where(np.isfinite(t_lb), rate_f * t_lb, math.inf)
+                product_f = np.maximum(product_f, np.where(np.isnan(coupled), math.inf, coupled))
         t_lb = np.where(has_more, t_lb, math.inf)
-        product_lb = np.maximum(product_lb, self._spend_bound(node, opts, pos))
+        t_f = np.where(has_more, t_f, math.inf)
+        spend = self._spend_bound(node, opts, pos)
+        product_lb = np.maximum(product_lb, spend)
+        product_f = np.maximum(product_f, spend * f_min)
         finite = np.isfinite(t_lb)
         h_ub = ev.outer.sync_every_upper(np.where(finite, t_lb, 1.0), self.kmax, self.min_rails)
         overhead_lb = outer_s / h_ub
         time_lb = np.where(finite, ev.steps * (t_lb + overhead_lb), math.inf)
-        # cost = rate × (T + overhead) × steps: rate·T ≥ product_lb, rate ≥ rate_lb
+        # ranked: steps × (T + overhead) × f ≥ steps × (min over cells of T·f + overhead·f_min)
+        time_rank = np.where(finite, ev.steps * (t_f + overhead_lb * f_min), math.inf)
+        # cost = rate × (T + overhead) × steps × f: rate·T·f ≥ product_f, rate ≥ rate_lb
         with np.errstate(invalid="ignore"):
-            cost_lb = ev.steps * (product_lb + rate_lb * overhead_lb) / 3600.0
-        return time_lb, np.where(finite & np.isfinite(cost_lb), cost_lb, math.inf)
+            cost_lb = ev.steps * (product_f + rate_lb * overhead_lb * f_min) / 3600.0
+        cost_lb = np.where(finite & np.isfinite(cost_lb), cost_lb, math.inf)
+        suffix = np.minimum(pos + 1, self.n_pools)
+        watts = node.watts + t.facility_watts[opts] + self.min_watts_after[suffix]
+        co2_rate = node.co2_rate + t.co2_kg_per_hour[opts] + self.min_co2_rate_after[suffix]
+        hours = np.where(finite, time_lb, 0.0) / 3600.0 * f_min
+        with np.errstate(invalid="ignore"):  # no later option (inf) × no time (0)
+            energy_lb = np.where(finite, watts * hours / 1000.0, math.inf)
+            co2_lb = np.where(finite, co2_rate * hours, math.inf)
+        energy_lb = np.where(np.isnan(energy_lb), math.inf, energy_lb)
+        co2_lb = np.where(np.isnan(co2_lb), math.inf, co2_lb)
+        out = np.column_stack([time_rank, cost_lb, energy_lb, co2_lb])
+        return np.where(dead[:, None], math.inf, out)
 
     def _spend_bound(self, node: Node, opts: IntArray, pos: IntArray) -> FloatArray:
         """rate × T ≥ Σ islands × cells × efficiency, with at least lo cells in all: the chosen
@@ -130,17 +183,23 @@ class DescendantBounds:
 
     def _equal_bounds(
         self, node: Node, opts: IntArray, pos: IntArray, islands: IntArray, rate: FloatArray
-    ) -> tuple[FloatArray, FloatArray, FloatArray]:
-        """Per child: (T, rate, rate·T) lower bounds of its descendants (torchtitan-ft). Only
-        the cells some descendant can use are looked at: those whose window
-        [⌈lo/K⌉, ⌊hi/K⌋] holds for an island count K above the child's."""
-        t = self.evaluator.table
-        g = self.evaluator.grid
+    ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray, FloatArray]:
+        """Per child: (T, rate, rate·T, T·f, rate·T·f) lower bounds of its descendants
+        (torchtitan-ft). Only the cells some descendant can use are looked at: those whose
+        window [⌈lo/K⌉, ⌊hi/K⌋] holds for an island count K above the child's. At cell c a
+        descendant has at least K = max(k + 1, ⌈lo/c⌉) islands, so its equivalent-token factor
+        f is at least the least factor of K islands (1 when the objective is not
+        quality-adjusted): few cells per island need many islands, which DiLoCo pays for."""
+        ev = self.evaluator
+        t = ev.table
+        g = ev.grid
         tb = self.tables
         n = len(opts)
         t_lb = np.full(n, math.inf)
         rate_lb = np.full(n, math.inf)
         product_lb = np.full(n, math.inf)
+        t_f = np.full(n, math.inf)
+        product_f = np.full(n, math.inf)
         suffix = np.minimum(pos + 1, len(self.order))
         assert tb.rate_table is not None
         for k in np.unique(islands):
@@ -164,9 +223,16 @@ class DescendantBounds:
                 finite, rate[sel][:, None] + tb.rate_table[suf, c[None, :], m[None, :]], math.inf
             )
             rate_lb[sel] = rate_c.min(axis=1)
-            product_lb[sel] = np.where(finite, rate_c * theta, math.inf).min(axis=1)
+            product = np.where(finite, rate_c * theta, math.inf)
+            product_lb[sel] = product.min(axis=1)
+            if ev.quality_adjusted:
+                factor = ev.quality.least_factor(int(k) + m)[None, :]
+                t_f[sel] = np.where(finite, theta * factor, math.inf).min(axis=1)
+                product_f[sel] = np.where(finite, product * factor, math.inf).min(axis=1)
+            else:
+                t_f[sel], product_f[sel] = t_lb[sel], product_lb[sel]
         rate_lb = np.maximum(rate_lb, rate + self.min_rate_after[suffix])
-        return t_lb, rate_lb, product_lb
+        return t_lb, rate_lb, product_lb, t_f, product_f
 
     def _cells_after(self, islands: int) -> IntArray:
         """Cells some layout with more than ``islands`` islands (up to the limit) can use."""
@@ -186,9 +252,18 @@ class DescendantBounds:
         islands: IntArray,
         rate: FloatArray,
         theta: float,
-    ) -> tuple[FloatArray, FloatArray]:
-        t = self.evaluator.table
-        g = self.evaluator.grid
+    ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray, FloatArray]:
+        """Per child: (T, rate, T·f, f, rate·f) lower bounds of its descendants (weighted; see
+        the module docstring). T·f: a descendant whose inner step lies in (θ_{i−1}, θ_i] of
+        the bound grid processes at most what its islands can within θ_i, so it has at least
+        the child's islands plus the fewest later islands that reach the batch there — and
+        the least factor of that many. f: the same at ``theta``, the step a descendant must
+        undercut to matter; rate·f: the least over m more islands of the cheapest rate m can
+        add × the factor of that many (0s when the objective is not quality-adjusted or
+        there is no such step: no bound beyond the least factor of one more island)."""
+        ev = self.evaluator
+        t = ev.table
+        g = ev.grid
         tb = self.tables
         assert node.maxsum is not None
         suffix = np.minimum(pos + 1, len(self.order))
@@ -202,16 +277,21 @@ class DescendantBounds:
         below = np.where(first > 0, tb.theta[np.maximum(first - 1, 0)], 0.0)
         floor = np.maximum(node.floor, tb.row_min_step[t.row[opts]])
         t_lb = np.where(possible, np.maximum(below, floor), math.inf)
+        f_theta = np.zeros(len(opts))
         if math.isfinite(theta):  # the exact capacity test at the step that matters
             tb.exact_at(theta)
             within = np.flatnonzero(node.state <= theta)
             have = int(within.max()) if len(within) else 0
-            fits = (
-                have + t.islands[opts] * tb.maxcell_exact[t.row[opts]] + tb.ms_exact[suffix, left]
-                >= g.lo
-            )
+            mine = have + t.islands[opts] * tb.maxcell_exact[t.row[opts]]
+            fits = mine + tb.ms_exact[suffix, left] >= g.lo
             t_lb = np.where(fits, t_lb, np.maximum(t_lb, tb.theta_next))
+            if ev.quality_adjusted:
+                f_theta = self._islands_that_matter(node, opts, islands, suffix, left, theta)
         t_lb = np.where(t_lb <= tb.cap_s * (1 + RELATIVE_TIE), t_lb, math.inf)
+        t_f = np.zeros(len(opts))
+        if ev.quality_adjusted:
+            t_f = self._weighted_factor_bound(own, suffix, left, islands, floor, g.lo)
+            t_f = np.maximum(t_f, np.where(f_theta > 0, t_lb * np.maximum(f_theta, 1e-300), 0.0))
         # the rate: the cheapest way to add the cells still missing within the cap (the most
         # cells the child itself can process within the cap, exactly)
         within_cap = np.flatnonzero(node.state <= tb.cap_s)
@@ -221,4 +301,77 @@ class DescendantBounds:
         assert tb.rate_table is not None
         extra = tb.rate_table[suffix, left, missing]
         extra = np.maximum(extra, self.min_rate_after[suffix])
-        return t_lb, rate + extra
+        rate_f = np.zeros(len(opts))
+        if ev.quality_adjusted:
+            # rate × f together: m more islands cost at least the cheapest m can and pay at
+            # least the factor of k + m (the cheapest completion is not the fewest islands)
+            m = np.arange(tb.rate_table.shape[1])
+            per_m = tb.rate_table[suffix[:, None], m[None, :], missing[:, None]]
+            per_m = np.maximum(per_m, self.min_rate_after[suffix][:, None])
+            factor = ev.quality.least_factor(islands[:, None] + m[None, :])
+            usable = (m[None, :] >= 1) & (m[None, :] <= left[:, None])
+            rate_f = np.where(usable, (rate[:, None] + per_m) * factor, math.inf).min(axis=1)
+        t_f = np.where(np.isfinite(t_lb), t_f, math.inf)
+        return t_lb, rate + extra, t_f, f_theta, rate_f
+
+    def _islands_that_matter(
+        self,
+        node: Node,
+        opts: IntArray,
+        islands: IntArray,
+        suffix: IntArray,
+        left: IntArray,
+        theta: float,
+    ) -> FloatArray:
+        """The least factor of a descendant that matters: one with K islands matters only if
+        its inner step is at most θ_K = ``theta`` × the least factor ÷ K islands' least
+        factor (its ranked time would exceed what ``theta`` stands for otherwise), so it
+        reaches the batch within θ_K; the fewest more islands m for which some completion
+        does gives the bound (inf: no descendant matters)."""
+        ev = self.evaluator
+        t = ev.table
+        tb = self.tables
+        lo = ev.grid.lo
+        n = len(opts)
+        out = np.full(n, math.inf)
+        found = np.zeros(n, dtype=bool)
+        for m in range(1, self.kmax + 1):
+            total = islands + m
+            for k_total in np.unique(total[(~found) & (m <= left)]):
+                f_k = float(ev.quality.least_factor(np.array([k_total]))[0])
+                theta_k = theta * ev.least_rank_factor / f_k
+                maxcell, ms = tb.capacities(theta_k)
+                within = np.flatnonzero(node.state <= theta_k)
+                have = int(within.max()) if len(within) else 0
+                sel = np.flatnonzero((total == k_total) & ~found & (m <= left))
+                reach = have + t.islands[opts[sel]] * maxcell[t.row[opts[sel]]]
+                ok = reach + ms[suffix[sel], m] >= lo
+                out[sel[ok]] = f_k
+                found[sel[ok]] = True
+            if found.all():
+                break
+        return out
+
+    def _weighted_factor_bound(
+        self,
+        own: IntArray,
+        suffix: IntArray,
+        left: IntArray,
+        islands: IntArray,
+        floor: FloatArray,
+        lo: int,
+    ) -> FloatArray:
+        """min over the grid of max(θ_{i−1}, floor) × the least factor of the islands it takes
+        to reach ``lo`` cells within θ_i (see `_weighted_bounds`)."""
+        tb = self.tables
+        ms = tb.ms_table[suffix]  # (children, more islands m, grid): the most cells
+        reach = own[:, None, :] + ms  # with m more islands, within θ_i
+        m = np.arange(ms.shape[1])
+        allowed = (m[None, :] >= 1) & (m[None, :] <= left[:, None])  # at least one more island
+        enough = (reach >= lo) & allowed[:, :, None]
+        some = enough.any(axis=1)  # (children, grid)
+        m_min = np.argmax(enough, axis=1)  # the fewest more islands, per grid point
+        factor = self.evaluator.quality.least_factor(islands[:, None] + m_min)
+        below = np.concatenate([[0.0], tb.theta[:-1]])[None, :]
+        bound = np.where(some, np.maximum(below, floor[:, None]) * factor, math.inf)
+        return np.asarray(bound.min(axis=1))

@@ -9,7 +9,16 @@ is scored as:
   inner step;
 * **figures** — tokens/s = the requested global batch B per effective step (any overshoot
   the islands' granularity forces is reported, not rewarded), wall-clock for the total tokens,
-  cost = GPUs × price × hours, MFU of the useful tokens.
+  MFU of the useful tokens; cost = billed GPUs × price × hours + WAN egress; energy = the
+  options' facility power × hours; CO₂e = their CO₂ rate × hours (`shardmeter.plan.options`);
+* **quality** — DiLoCo's loss penalty against data-parallel and its equivalent-token factor
+  at the layout's islands M and syncEvery H (`shardmeter.cost.quality`), from a table over
+  (M, H) built once per request;
+* **egress** — for layouts spanning sites, the outer all_reduce's bytes leaving each site
+  over the run (`shardmeter.plan.footprint`) × the site's price;
+* **ranked figures** — what the objective compares: time, cost, energy and CO₂e × the
+  factor when ``objective.qualityAdjusted`` (what reaching data-parallel's loss takes), else
+  as they are. A CO₂ budget marks the layouts above it infeasible.
 """
 
 from __future__ import annotations
@@ -22,7 +31,8 @@ import numpy.typing as npt
 
 from shardmeter.plan.apportion import apportion, equal_best
 from shardmeter.plan.configs import BatchGrid
-from shardmeter.plan.options import UNUSED_RANK, OptionTable, PoolContext
+from shardmeter.plan.footprint import EgressModel, QualityTable
+from shardmeter.plan.options import UNUSED_RANK, OptionTable, PoolContext, max_islands
 from shardmeter.plan.overhead import OuterModel
 from shardmeter.plan.schema import PlanSpec, Runtime
 
@@ -30,8 +40,11 @@ IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
 
+RELATIVE_TIE = 1e-12
+"""Throughput and budget comparisons allow this relative slack (floating-point noise)."""
+
 # status codes
-OK, BATCH_UNREACHABLE, NO_WAN_UPLINK, EMPTY, NO_SETTINGS = 0, 1, 2, 3, 4
+OK, BATCH_UNREACHABLE, NO_WAN_UPLINK, EMPTY, NO_SETTINGS, OVER_CO2_BUDGET = 0, 1, 2, 3, 4, 5
 
 
 @dataclass
@@ -54,7 +67,9 @@ class Evaluation:
     usd_per_hour: FloatArray
     tokens_per_s: FloatArray
     time_s: FloatArray
+    """Wall-clock for ``totalTokens``."""
     cost_usd: FloatArray
+    """GPU cost plus WAN egress for ``totalTokens``."""
     mfu: FloatArray
     sync_every: IntArray
     fragments: IntArray
@@ -62,10 +77,41 @@ class Evaluation:
     blocking_s: FloatArray
     """Outer-step blocking per outer step (closed form)."""
     zero_blocking: BoolArray
+    billed_gpus: IntArray
+    energy_kwh: FloatArray
+    """Facility energy for ``totalTokens``."""
+    co2_kg: FloatArray
+    egress_gb: FloatArray
+    """GB leaving the sites over their WAN uplinks for ``totalTokens`` (0 at one site)."""
+    egress_usd: FloatArray
+    loss_penalty: FloatArray
+    """DiLoCo's relative eval-loss penalty against data-parallel (0 for FSDP)."""
+    token_factor: FloatArray
+    """The equivalent-token factor (1 for FSDP)."""
+    rank_factor: FloatArray
+    """What the objective multiplies every figure by: ``token_factor`` when quality-adjusted,
+    else 1."""
 
     @property
     def feasible(self) -> BoolArray:
         return np.asarray(self.status == OK)
+
+    @property
+    def rank_time_s(self) -> FloatArray:
+        """The time the objective compares (× ``rank_factor``)."""
+        return np.asarray(self.time_s * self.rank_factor)
+
+    @property
+    def rank_cost_usd(self) -> FloatArray:
+        return np.asarray(self.cost_usd * self.rank_factor)
+
+    @property
+    def rank_energy_kwh(self) -> FloatArray:
+        return np.asarray(self.energy_kwh * self.rank_factor)
+
+    @property
+    def rank_co2_kg(self) -> FloatArray:
+        return np.asarray(self.co2_kg * self.rank_factor)
 
     def subset(self, mask: BoolArray | IntArray) -> Evaluation:
         return Evaluation(**{f.name: getattr(self, f.name)[mask] for f in fields(self)})
@@ -83,28 +129,28 @@ class Evaluation:
 
     @staticmethod
     def empty(pools: int) -> Evaluation:
-        e = np.zeros(0)
-        i = np.zeros(0, dtype=np.int64)
-        return Evaluation(
-            np.zeros((0, pools), dtype=np.int64),
-            np.zeros((0, pools), dtype=np.int64),
-            i,
-            e,
-            e,
-            i,
-            i,
-            i,
-            e,
-            e,
-            e,
-            e,
-            e,
-            i,
-            i,
-            i,
-            e,
-            np.zeros(0, dtype=bool),
+        matrices = ("choice", "tie")
+        ints = (
+            "status",
+            "islands",
+            "gpus",
+            "nodes",
+            "sync_every",
+            "fragments",
+            "fragment_sync_delay",
+            "billed_gpus",
         )
+        values: dict[str, np.ndarray] = {}
+        for f in fields(Evaluation):
+            if f.name in matrices:
+                values[f.name] = np.zeros((0, pools), dtype=np.int64)
+            elif f.name in ints:
+                values[f.name] = np.zeros(0, dtype=np.int64)
+            elif f.name == "zero_blocking":
+                values[f.name] = np.zeros(0, dtype=bool)
+            else:
+                values[f.name] = np.zeros(0)
+        return Evaluation(**values)
 
     def __len__(self) -> int:
         return len(self.status)
@@ -136,6 +182,19 @@ class Evaluator:
             spec.model.training_flops_per_token(tr.seq_len_tokens) * tr.seq_len_tokens
         )
         self.outer = OuterModel(spec, contexts)
+        self.quality = QualityTable(spec, self.outer.hs, max_islands(spec))
+        self.egress = EgressModel(spec, [c.pool for c in contexts])
+        obj = spec.objective
+        self.quality_adjusted = obj.quality_adjusted
+        self.least_rank_factor = (
+            float(self.quality.least_factor(np.array([2]))[0]) if obj.quality_adjusted else 1.0
+        )
+        """No layout the search bounds — one with two islands or more: single options are
+        scored, never bounded — has ranked figures below its raw ones × this."""
+        self.co2_budget_kg = obj.co2_budget_kg if obj.co2_budget_kg is not None else np.inf
+        self.least_co2_over_budget_kg = np.inf
+        """The least ranked CO₂e of a layout the budget excluded (for the message when no
+        plan is within it)."""
 
     # ---- the inner step ---------------------------------------------------------------------
     def step_times(self, choice: IntArray) -> FloatArray:
@@ -192,6 +251,19 @@ class Evaluator:
             time_s = np.where(eff > 0, self.steps * eff, np.inf)
             peak = np.where(used, t.peak_flops[opt], 0.0).sum(axis=1)
             mfu = np.where(peak > 0, seq_per_s * self.flops_per_sequence / peak, 0.0)
+        penalty, factor = self.quality.lookup(islands, o.sync_every)
+        rank = factor if self.quality_adjusted else np.ones(len(factor))
+        hours = np.where(status == OK, time_s, 0.0) / 3600.0
+        watts = np.where(used, t.facility_watts[opt], 0.0).sum(axis=1)
+        co2_rate = np.where(used, t.co2_kg_per_hour[opt], 0.0).sum(axis=1)
+        energy = watts * hours / 1000.0
+        co2 = co2_rate * hours
+        egress_gb, egress_usd = self.egress.evaluate(used, islands, o.sync_every, self.steps)
+        over = (status == OK) & (co2 * rank > self.co2_budget_kg * (1 + RELATIVE_TIE))
+        if over.any():
+            least = float((co2 * rank)[over].min())
+            self.least_co2_over_budget_kg = min(self.least_co2_over_budget_kg, least)
+            status = np.where(over, OVER_CO2_BUDGET, status)
         ok = status == OK
         return Evaluation(
             choice=choice,
@@ -205,13 +277,21 @@ class Evaluator:
             usd_per_hour=rate,
             tokens_per_s=np.where(ok, seq_per_s * self.seq_len, 0.0),
             time_s=np.where(ok, time_s, np.inf),
-            cost_usd=np.where(ok, rate * np.where(ok, time_s, 0.0) / 3600.0, np.inf),
+            cost_usd=np.where(ok, rate * hours + egress_usd, np.inf),
             mfu=mfu,
             sync_every=o.sync_every,
             fragments=o.fragments,
             fragment_sync_delay=o.fragment_sync_delay,
             blocking_s=o.blocking_s,
             zero_blocking=o.zero_blocking,
+            billed_gpus=np.where(used, t.billed_gpus[opt], 0).sum(axis=1),
+            energy_kwh=np.where(ok, energy, np.inf),
+            co2_kg=np.where(ok, co2, np.inf),
+            egress_gb=egress_gb,
+            egress_usd=egress_usd,
+            loss_penalty=penalty,
+            token_factor=factor,
+            rank_factor=rank,
         )
 
     def evaluate(self, choice: IntArray) -> Evaluation:

@@ -1,4 +1,8 @@
-"""The cost/runtime Pareto frontier and the objectives that pick a plan from it."""
+"""The cost/runtime Pareto frontier and the objectives that pick a plan.
+
+Both work on the *ranked* figures (`Evaluation.rank_time_s` and friends): with
+``objective.qualityAdjusted`` the time, cost, energy and CO₂e to reach data-parallel's loss,
+else the figures for ``totalTokens`` as they are."""
 
 from __future__ import annotations
 
@@ -8,31 +12,39 @@ import numpy as np
 import numpy.typing as npt
 
 from shardmeter.errors import InfeasibleError
-from shardmeter.plan.evaluate import Evaluation
+from shardmeter.plan.evaluate import RELATIVE_TIE, Evaluation
 from shardmeter.plan.schema import ObjectiveKind, PlanSpec
 
-RELATIVE_TIE = 1e-12
-"""Throughput and budget comparisons allow this relative slack (floating-point noise)."""
+__all__ = [
+    "RELATIVE_TIE",
+    "canonical_order",
+    "merge_frontier",
+    "pareto_frontier",
+    "select",
+]
 
 
 def canonical_order(ev: Evaluation) -> npt.NDArray[np.int64]:
-    """Indices sorted by time, cost, nodes, islands, then `Evaluation.tie` (so ties are
-    broken the same way everywhere)."""
+    """Indices sorted by ranked time, ranked cost, nodes, islands, then `Evaluation.tie` (so
+    ties are broken the same way everywhere)."""
     keys = [ev.tie[:, j] for j in range(ev.tie.shape[1] - 1, -1, -1)]
-    return np.lexsort((*keys, ev.islands, ev.nodes, ev.cost_usd, ev.time_s)).astype(np.int64)
+    return np.lexsort((*keys, ev.islands, ev.nodes, ev.rank_cost_usd, ev.rank_time_s)).astype(
+        np.int64
+    )
 
 
 def pareto_frontier(ev: Evaluation) -> Evaluation:
-    """Feasible layouts not dominated in (time, cost), fastest first; of layouts with equal
-    time and cost the one with the fewest nodes, then islands, is kept."""
+    """Feasible layouts not dominated in (ranked time, ranked cost), fastest first; of layouts
+    with equal time and cost the one with the fewest nodes, then islands, is kept."""
     ok = ev.subset(ev.feasible)
     if len(ok) == 0:
         return ok
     keep, best = [], math.inf
+    cost = ok.rank_cost_usd
     for i in canonical_order(ok):
-        if ok.cost_usd[i] < best:
+        if cost[i] < best:
             keep.append(int(i))
-            best = float(ok.cost_usd[i])
+            best = float(cost[i])
     return ok.subset(np.asarray(keep, dtype=np.int64))
 
 
@@ -42,35 +54,48 @@ def merge_frontier(a: Evaluation | None, b: Evaluation, pools: int) -> Evaluatio
     return pareto_frontier(Evaluation.concat([a, b], pools))
 
 
-def select(frontier: Evaluation, spec: PlanSpec) -> tuple[int, int]:
-    """(chosen, fastest) indices into the frontier for the objective."""
+def _first_least(order: npt.NDArray[np.int64], values: npt.NDArray[np.float64]) -> int:
+    """The first index in ``order`` whose value is the least (exact ties: canonical order)."""
+    least = values[order].min()
+    return int(order[np.flatnonzero(values[order] == least)[0]])
+
+
+def select(evaluated: Evaluation, spec: PlanSpec) -> tuple[int, int]:
+    """(chosen, fastest): indices into ``evaluated`` (feasible layouts) for the objective.
+    Ties on the objective's figure go by the canonical order (time, cost, nodes, …)."""
     obj = spec.objective
-    n = len(frontier)
-    fastest = 0
+    order = canonical_order(evaluated)
+    fastest = int(order[0])
+    time_s, cost = evaluated.rank_time_s, evaluated.rank_cost_usd
     if obj.kind is ObjectiveKind.MIN_TIME:
-        return 0, fastest
+        return fastest, fastest
     if obj.kind is ObjectiveKind.MIN_COST:
-        return n - 1, fastest
+        return _first_least(order, cost), fastest
+    if obj.kind is ObjectiveKind.MIN_ENERGY:
+        return _first_least(order, evaluated.rank_energy_kwh), fastest
+    if obj.kind is ObjectiveKind.MIN_CO2:
+        return _first_least(order, evaluated.rank_co2_kg), fastest
     if obj.kind is ObjectiveKind.THROUGHPUT_FRACTION:
-        floor = obj.throughput_fraction * frontier.tokens_per_s[0] * (1 - RELATIVE_TIE)
-        ok = np.flatnonzero(frontier.tokens_per_s >= floor)
-        return int(ok[-1]), fastest
+        # throughput ≥ fraction × the best ⇔ time ≤ the fastest's time ÷ fraction
+        cap = time_s[fastest] / (obj.throughput_fraction * (1 - RELATIVE_TIE))
+        within = order[time_s[order] <= cap]
+        return _first_least(within, cost), fastest
     if obj.kind is ObjectiveKind.COST_BUDGET:
         assert obj.cost_budget_usd is not None
-        ok = np.flatnonzero(frontier.cost_usd <= obj.cost_budget_usd * (1 + RELATIVE_TIE))
+        ok = order[cost[order] <= obj.cost_budget_usd * (1 + RELATIVE_TIE)]
         if not len(ok):
             raise InfeasibleError(
                 f"no plan costs ≤ ${obj.cost_budget_usd:,.0f}; the cheapest costs "
-                f"${frontier.cost_usd[-1]:,.0f} — raise objective.costBudgetUsd",
+                f"${cost.min():,.0f} — raise objective.costBudgetUsd",
                 "objective.costBudgetUsd",
             )
         return int(ok[0]), fastest
     assert obj.time_budget_hours is not None
-    ok = np.flatnonzero(frontier.time_s <= obj.time_budget_hours * 3600 * (1 + RELATIVE_TIE))
+    ok = order[time_s[order] <= obj.time_budget_hours * 3600 * (1 + RELATIVE_TIE)]
     if not len(ok):
         raise InfeasibleError(
             f"no plan finishes within {obj.time_budget_hours:g} h; the fastest takes "
-            f"{frontier.time_s[0] / 3600:,.1f} h — raise objective.timeBudgetHours",
+            f"{time_s[fastest] / 3600:,.1f} h — raise objective.timeBudgetHours",
             "objective.timeBudgetHours",
         )
-    return int(ok[-1]), fastest
+    return _first_least(ok, cost), fastest

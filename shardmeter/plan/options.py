@@ -20,13 +20,14 @@ its own):
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
 
 import numpy as np
 import numpy.typing as npt
 
 from shardmeter.cost.coefficients import CoefficientsDocument
+from shardmeter.cost.energy import co2_kg, facility_kwh, islands_facility_watts
 from shardmeter.cost.model import CostModel
 from shardmeter.plan.configs import (
     BatchGrid,
@@ -59,11 +60,18 @@ class PoolContext:
     shapes: list[ShapeTable]
     notes: list[str]
     """Why shapes were left out (memory, batch), for reports and infeasibility messages."""
+    utilisation: float = 1.0
+    """The pool's GPU utilisation for power (`shardmeter.cost.energy`): the compute stream's
+    busy share of its first island shape (the fewest GPUs, then nodes) at that shape's
+    reference configuration (`ShapeTable.reference_utilisation`). One per pool, so that an
+    option's power — and a plan's energy — is a rate × hours like its price, and the same
+    GPUs on more nodes never draw less energy. It is the pool's least communication-bound
+    island, so energy errs high for larger ones."""
 
 
 @dataclass(frozen=True)
 class PoolOption:
-    """k identical islands of one shape from one pool."""
+    """k identical islands of one shape from one pool, with what they cost per hour."""
 
     pool: int
     shape: int
@@ -72,6 +80,36 @@ class PoolOption:
     nodes_used: int
     gpus: int
     usd_per_hour: float
+    """Billed GPUs × the pool's price."""
+    billed_gpus: int = 0
+    """GPUs paid for: ``gpus``, or every GPU of the nodes used with ``exclusiveNodes``."""
+    facility_watts: float = 0.0
+    """Power at the site's meter while the islands train: GPUs × their draw
+    (`shardmeter.cost.energy`), idle GPUs of exclusive nodes at their static draw, × PUE."""
+    co2_kg_per_hour: float = 0.0
+    """``facility_watts`` × the site's grid carbon intensity, per hour."""
+
+
+def option_rates(
+    pool: PlanPool, islands: int, nodes: int, ranks: int, utilisation: float
+) -> PoolOption:
+    """The per-hour figures of ``islands`` islands of ``nodes`` nodes and ``ranks`` GPUs each
+    (``pool``/``shape`` left 0 for the caller to fill in): price, billed GPUs, facility power
+    and CO₂ rate. One rule, used by the search and by the fixed-plan evaluation."""
+    gpus = islands * ranks
+    billed = islands * nodes * pool.gpus_per_node if pool.exclusive_nodes else gpus
+    watts = islands_facility_watts(pool, islands, nodes, ranks, utilisation)
+    return PoolOption(
+        0,
+        0,
+        islands,
+        islands * nodes,
+        gpus,
+        billed * pool.price_per_gpu_hour_usd,
+        billed,
+        watts,
+        co2_kg(facility_kwh(watts, 1.0, 1.0), pool.grid_carbon_intensity_g_per_kwh),
+    )
 
 
 @dataclass
@@ -87,6 +125,9 @@ class OptionTable:
     gpus: IntArray
     ranks: IntArray
     usd_per_hour: FloatArray
+    billed_gpus: IntArray
+    facility_watts: FloatArray
+    co2_kg_per_hour: FloatArray
     outer_step_s: FloatArray
     peak_flops: FloatArray
     """Peak FLOP/s of all the option's GPUs together."""
@@ -105,7 +146,11 @@ class OptionTable:
 
 
 def max_islands(spec: PlanSpec) -> int:
-    return 1 if spec.strategy.kind is StrategyKind.FSDP else spec.constraints.max_islands
+    """The most islands a plan may have: 1 for FSDP; else ``constraints.maxIslands``, capped
+    at ``strategy.maxMeasuredIslands`` with ``beyondMeasuredIslands: cap``."""
+    if spec.strategy.kind is StrategyKind.FSDP:
+        return 1
+    return spec.strategy.island_limit(spec.constraints.max_islands)
 
 
 class ShapeCache:
@@ -130,6 +175,7 @@ class ShapeCache:
                 self.grid,
                 spec.strategy.outer_state_on_gpu and spec.strategy.is_diloco,
                 spec.model.total_params,
+                spec.strategy.outer_precision,
             )
         return self._tables[k]
 
@@ -162,14 +208,39 @@ def build_pool_context(
     cache: ShapeCache,
 ) -> PoolContext:
     cm = CostModel(spec.model, spec.training, pool, coefficients)
+    node_limit = _node_limit(pool)
+    notes: list[str] = []
+    shapes = list(_shape_tables(spec, cm, node_limit, cache, notes))
+    utilisation = shapes[0].reference_utilisation() if shapes else 1.0
+    return PoolContext(pool, index, cm, node_limit, shapes, notes, utilisation)
+
+
+def pool_utilisation(
+    spec: PlanSpec, pool: PlanPool, coefficients: CoefficientsDocument | None
+) -> float:
+    """`PoolContext.utilisation` without building the pool's other shapes (for evaluating a
+    decided plan: `shardmeter.plan.fixed`)."""
+    cm = CostModel(spec.model, spec.training, pool, coefficients)
+    cache = ShapeCache(spec, BatchGrid.of(spec))
+    first = next(iter(_shape_tables(spec, cm, _node_limit(pool), cache, [])), None)
+    return first.reference_utilisation() if first is not None else 1.0
+
+
+def _node_limit(pool: PlanPool) -> int:
+    return pool.nodes if pool.max_nodes is None else min(pool.nodes, pool.max_nodes)
+
+
+def _shape_tables(
+    spec: PlanSpec, cm: CostModel, node_limit: int, cache: ShapeCache, notes: list[str]
+) -> Iterator[ShapeTable]:
+    """The pool's island shapes that can run, fewest GPUs then fewest nodes first (a shape
+    another never-slower one with fewer nodes dominates is left out); why others cannot is
+    appended to ``notes``."""
     c = spec.constraints
-    node_limit = pool.nodes if pool.max_nodes is None else min(pool.nodes, pool.max_nodes)
     key = class_key(cm)
     grid = cache.grid
-    notes: list[str] = []
-    shapes: list[ShapeTable] = []
     by_ranks = candidate_shapes(
-        pool.gpus_per_node,
+        cm.pool.gpus_per_node,
         node_limit,
         c.min_gpus_per_island,
         c.max_gpus,
@@ -194,8 +265,7 @@ def build_pool_context(
                     notes.append(f"{shape}: {_why_not(cm, spec, shape)}")
                 break  # the same GPU count on more nodes fits no better
             kept.append(shape)
-            shapes.append(table)
-    return PoolContext(pool, index, cm, node_limit, shapes, notes)
+            yield table
 
 
 def _why_not(cm: CostModel, spec: PlanSpec, shape: IslandShape) -> str:
@@ -224,9 +294,8 @@ def pool_options(spec: PlanSpec, ctx: PoolContext, grid: BatchGrid) -> list[Pool
                 break
             if k * first > grid.hi:
                 break
-            out.append(
-                PoolOption(ctx.index, si, k, nodes, gpus, gpus * ctx.pool.price_per_gpu_hour_usd)
-            )
+            rates = option_rates(ctx.pool, k, table.shape.nodes, table.ranks, ctx.utilisation)
+            out.append(replace(rates, pool=ctx.index, shape=si))
     return out
 
 
@@ -264,6 +333,9 @@ def option_table(contexts: Sequence[PoolContext], options: Sequence[PoolOption])
         gpus=ints([o.gpus for o in options]),
         ranks=ints([s.ranks for s in shape]),
         usd_per_hour=floats([o.usd_per_hour for o in options]),
+        billed_gpus=ints([o.billed_gpus for o in options]),
+        facility_watts=floats([o.facility_watts for o in options]),
+        co2_kg_per_hour=floats([o.co2_kg_per_hour for o in options]),
         outer_step_s=floats([s.outer_step_s for s in shape]),
         peak_flops=floats([o.gpus * by_index[o.pool].cost_model.peak_flop_per_s for o in options]),
         steps=np.stack([t.step_s for t in tables]) if tables else np.zeros((0, width)),

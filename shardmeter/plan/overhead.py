@@ -3,8 +3,8 @@
 For each plan: the outer all_reduce path (`shardmeter.sim.outer`: the sites' WAN uplinks when
 the islands span sites, the fabric inside one), each fragment's all_reduce seconds for every
 fragment count, and the settings of `shardmeter.sim.settings` — the same rule, vectorised
-(zero blocking within the guard-rails: smallest H, fewest fragments, shortest delay; else the
-least ``(blocking + outer optimizer step) / H``). Per inner step the outer level adds
+(zero blocking within the guard-rails: smallest H, preferred fragments, shortest delay; else
+the least ``(blocking + outer optimizer step) / H``). Per inner step the outer level adds
 ``(blocking + outer optimizer step) / H``. A test holds this against the scalar rule.
 """
 
@@ -22,7 +22,12 @@ from shardmeter.plan.schema import PlanSpec
 from shardmeter.sim.bottleneck import BLOCKING_EPSILON_S
 from shardmeter.sim.diloco import fragment_params
 from shardmeter.sim.outer import fabric_fit
-from shardmeter.sim.settings import BLOCKING_DILOCO_OVERHEAD, sync_every_candidates
+from shardmeter.sim.scenario import outer_payload_bytes
+from shardmeter.sim.settings import (
+    BLOCKING_DILOCO_OVERHEAD,
+    fragment_preference,
+    sync_every_candidates,
+)
 from shardmeter.spec.training import StrategyKind
 
 IntArray = npt.NDArray[np.int64]
@@ -69,9 +74,11 @@ class OuterModel:
         self.layers = layers = spec.model.num_layers
         self.payload = np.zeros((layers, layers))
         for f in range(1, layers + 1):
-            self.payload[f - 1, :f] = (
-                np.array(fragment_params(spec.model, f, strat.fragment_layout))
-                * strat.outer_precision.bytes
+            self.payload[f - 1, :f] = np.array(
+                [
+                    outer_payload_bytes(spec.model, strat, p)
+                    for p in fragment_params(spec.model, f, strat.fragment_layout)
+                ]
             )
         self.payload_max = self.payload.max(axis=1)
         fixed_h = strat.sync_every if isinstance(strat.sync_every, int) else None
@@ -85,6 +92,17 @@ class OuterModel:
             strat.fragment_sync_delay if isinstance(strat.fragment_sync_delay, int) else None
         )
         self.max_fragment_sync_delay = strat.max_fragment_sync_delay
+        target = layers / strat.layers_per_fragment
+        self.preference = np.array(
+            sorted(range(layers), key=lambda i: fragment_preference(i + 1, target)),
+            dtype=np.int64,
+        )
+        """Fragment counts (as indices F − 1) in the order auto prefers them
+        (`shardmeter.sim.settings.fragment_preference`)."""
+
+    def delay_limit(self, sync_every: int) -> int:
+        """The largest τ auto may take at H (`StrategySpec.fragment_sync_delay_limit`)."""
+        return self.spec.strategy.fragment_sync_delay_limit(sync_every)
 
     # ---- the link ---------------------------------------------------------------------------
     def link(
@@ -239,10 +257,10 @@ class OuterModel:
                 )
             else:
                 tau_f = fragment_sync_delay_need
-                allowed = np.minimum(window - 1, self.max_fragment_sync_delay)
+                allowed = np.minimum(window - 1, self.delay_limit(hv))
                 hit_f = legal[None, :] & (fragment_sync_delay_need <= allowed[None, :])
             hit = hit_f.any(axis=1) & ~found
-            first = np.argmax(hit_f, axis=1)
+            first = self.preference[np.argmax(hit_f[:, self.preference], axis=1)]
             h_out = np.where(hit, hv, h_out)
             f_out = np.where(hit, first + 1, f_out)
             tau_out = np.where(hit, tau_f[np.arange(n), first], tau_out)
@@ -267,7 +285,7 @@ class OuterModel:
                 if self.fixed_fragment_sync_delay is not None:
                     fragment_sync_delays = np.full(self.layers, self.fixed_fragment_sync_delay)
                 else:
-                    fragment_sync_delays = np.minimum(window - 1, self.max_fragment_sync_delay)
+                    fragment_sync_delays = np.minimum(window - 1, self.delay_limit(hv))
                 legal &= (fragment_sync_delays < window) & (fragment_sync_delays >= 0)
                 if not legal.any():
                     continue
@@ -276,7 +294,8 @@ class OuterModel:
                 )
                 blk = np.where(self.payload[None, :, :] > 0, blk, 0.0).sum(axis=2)
                 blk = np.where(legal[None, :], blk, np.inf)
-                fi = np.argmin(blk, axis=1)  # first minimum → fewest fragments
+                # first minimum in preference order → the preferred fragments
+                fi = self.preference[np.argmin(blk[:, self.preference], axis=1)]
                 b = blk[np.arange(m), fi]
                 cost = (b + outer_s[idx]) / hv
                 better = cost < best
@@ -335,7 +354,7 @@ class OuterModel:
             else:
                 ok = legal[None, :] & (
                     fragment_sync_delay_need
-                    <= np.minimum(window - 1, self.max_fragment_sync_delay)[None, :]
+                    <= np.minimum(window - 1, self.delay_limit(hv))[None, :]
                 )
             out = np.where(ok.any(axis=1), hv, out)
         return out

@@ -11,10 +11,11 @@ from typing import Any
 
 import numpy as np
 
+from shardmeter.cost.quality import QualityEstimate, data_parallel_quality, strategy_quality
 from shardmeter.plan.evaluate import Evaluation
 from shardmeter.plan.frontier import RELATIVE_TIE
 from shardmeter.plan.groups import IslandGroup
-from shardmeter.plan.schema import ObjectiveKind, Runtime
+from shardmeter.plan.schema import ObjectiveKind, PlanSpec, Runtime
 from shardmeter.plan.search import SearchOutput
 from shardmeter.sim.bottleneck import Bottleneck, blocks
 from shardmeter.sim.diloco import DiLoCoResult
@@ -26,12 +27,22 @@ from shardmeter.sim.scenario import (
     resolved_gradient_sync,
     simulate_islands,
 )
-from shardmeter.sim.settings import SettingsChoice, choose_sync_every, search_settings
+from shardmeter.sim.settings import (
+    GuardRails,
+    SettingsChoice,
+    choose_sync_every,
+    search_settings,
+)
 from shardmeter.spec.training import StrategyKind, StreamingSettings
 
 
 @dataclass(frozen=True)
 class PlanSummary:
+    """One plan and everything it is predicted to cost: time, money (GPUs and WAN egress),
+    energy, CO₂e and, for DiLoCo, quality — the figures for ``totalTokens`` and, beside them,
+    what reaching data-parallel's loss takes (× the equivalent-token factor). The operator
+    reads a plan's status from here."""
+
     groups: tuple[IslandGroup, ...]
     islands: int
     gpus: int
@@ -42,7 +53,9 @@ class PlanSummary:
     tokens_per_s: float
     hours: float
     cost_usd: float
+    """GPU cost plus WAN egress for ``totalTokens``."""
     usd_per_hour: float
+    """What the billed GPUs cost per hour."""
     mfu: float
     sync_every: int
     fragments: int
@@ -50,6 +63,41 @@ class PlanSummary:
     blocking_s_per_outer_step: float
     zero_blocking: bool
     runtime: str
+    billed_gpus: int = 0
+    """GPUs paid for (``gpus``, or whole nodes with ``exclusiveNodes``)."""
+    gpu_cost_usd: float = 0.0
+    egress_gb: float = 0.0
+    """GB the outer all_reduce sends out of the sites for ``totalTokens`` (0 at one site)."""
+    egress_usd: float = 0.0
+    energy_kwh: float = 0.0
+    """Facility energy (GPUs × power × PUE) for ``totalTokens``."""
+    co2_kg: float = 0.0
+    """kg CO₂e of that energy at the sites' grid carbon intensity."""
+    quality: QualityEstimate = field(default_factory=data_parallel_quality)
+    dp_equivalent_hours: float = 0.0
+    """Hours to reach data-parallel's loss: ``hours`` × the equivalent-token factor."""
+    dp_equivalent_cost_usd: float = 0.0
+    dp_equivalent_energy_kwh: float = 0.0
+    dp_equivalent_co2_kg: float = 0.0
+    ranked_by_quality: bool = False
+    """The objective compared the data-parallel-equivalent figures (``qualityAdjusted``)."""
+
+    @property
+    def rank_hours(self) -> float:
+        """The hours the objective compared."""
+        return self.dp_equivalent_hours if self.ranked_by_quality else self.hours
+
+    @property
+    def rank_cost_usd(self) -> float:
+        """The cost the objective compared."""
+        return self.dp_equivalent_cost_usd if self.ranked_by_quality else self.cost_usd
+
+    @property
+    def rank_tokens_per_s(self) -> float:
+        """Throughput as the objective compared it (data-parallel-equivalent tokens per
+        second when quality-adjusted)."""
+        f = self.quality.equivalent_token_factor if self.ranked_by_quality else 1.0
+        return self.tokens_per_s / f
 
     @property
     def settings(self) -> StreamingSettings:
@@ -85,6 +133,14 @@ def summarise(out: SearchOutput, ev: Evaluation, i: int) -> PlanSummary:
     _, cells = appor
     variants = _variants(out)
     default_sync = resolved_gradient_sync(out.contexts[0].cost_model, None)
+    quality = plan_quality(
+        out.spec,
+        int(ev.islands[i]),
+        int(ev.sync_every[i]),
+        int(ev.fragments[i]),
+        int(ev.fragment_sync_delay[i]),
+    )
+    factor = quality.equivalent_token_factor
     groups = []
     total = 0
     for p, o in enumerate(ev.choice[i]):
@@ -128,6 +184,34 @@ def summarise(out: SearchOutput, ev: Evaluation, i: int) -> PlanSummary:
         blocking_s_per_outer_step=float(ev.blocking_s[i]),
         zero_blocking=bool(ev.zero_blocking[i]),
         runtime=out.spec.runtime.value,
+        billed_gpus=int(ev.billed_gpus[i]),
+        gpu_cost_usd=float(ev.cost_usd[i] - ev.egress_usd[i]),
+        egress_gb=float(ev.egress_gb[i]),
+        egress_usd=float(ev.egress_usd[i]),
+        energy_kwh=float(ev.energy_kwh[i]),
+        co2_kg=float(ev.co2_kg[i]),
+        quality=quality,
+        dp_equivalent_hours=float(ev.time_s[i]) / 3600 * factor,
+        dp_equivalent_cost_usd=float(ev.cost_usd[i]) * factor,
+        dp_equivalent_energy_kwh=float(ev.energy_kwh[i]) * factor,
+        dp_equivalent_co2_kg=float(ev.co2_kg[i]) * factor,
+        ranked_by_quality=out.spec.objective.quality_adjusted,
+    )
+
+
+def plan_quality(
+    spec: PlanSpec, islands: int, sync_every: int, fragments: int, fragment_sync_delay: int
+) -> QualityEstimate:
+    """The quality estimate of a plan of ``spec`` with these islands and settings."""
+    return strategy_quality(
+        float(spec.model.total_params),
+        float(spec.training.total_tokens),
+        spec.model.num_layers,
+        spec.strategy,
+        islands,
+        sync_every,
+        fragments,
+        fragment_sync_delay,
     )
 
 
@@ -183,10 +267,10 @@ class PlanResult:
 
     @property
     def saving_vs_fastest(self) -> float:
-        """Cost saved by the chosen plan relative to the fastest plan (paper §V: 21.69 %)."""
-        return (
-            1.0 - self.chosen.cost_usd / self.fastest.cost_usd if self.fastest.cost_usd > 0 else 0.0
-        )
+        """Cost saved by the chosen plan relative to the fastest plan (paper §V: 21.69 %), on
+        the figures the objective ranks by."""
+        c, f = self.chosen.rank_cost_usd, self.fastest.rank_cost_usd
+        return 1.0 - c / f if f > 0 else 0.0
 
     @property
     def runtime(self) -> Runtime:
@@ -194,16 +278,17 @@ class PlanResult:
 
 
 def tolerance_spread(out: SearchOutput, fraction: float) -> ToleranceSpread:
+    """Plans within ``fraction`` of the best (ranked) throughput and their (ranked) costs."""
     ev = out.evaluated
-    best = float(out.frontier.tokens_per_s[out.fastest])
-    within = np.flatnonzero(ev.tokens_per_s >= fraction * best * (1 - RELATIVE_TIE))
-    costs = ev.cost_usd[within]
+    cap = float(ev.rank_time_s[out.fastest]) / (fraction * (1 - RELATIVE_TIE))
+    within = np.flatnonzero(ev.rank_time_s <= cap)
+    costs = ev.rank_cost_usd[within]
     lo, hi = within[int(np.argmin(costs))], within[int(np.argmax(costs))]
     return ToleranceSpread(
         fraction,
         len(within),
-        float(ev.cost_usd[lo]),
-        float(ev.cost_usd[hi]),
+        float(costs.min()),
+        float(costs.max()),
         summarise(out, ev, int(lo)).label,
         summarise(out, ev, int(hi)).label,
         out.stats.mode == "exhaustive",
@@ -274,6 +359,7 @@ def _settings_reason(out: SearchOutput, plan: PlanSummary, link: Any, islands: i
     fixed_fragment_sync_delay = (
         strat.fragment_sync_delay if isinstance(strat.fragment_sync_delay, int) else None
     )
+    rails = GuardRails.of(strat, spec.model.num_layers)
     if isinstance(strat.sync_every, int):
         c = search_settings(
             strat.sync_every,
@@ -282,7 +368,9 @@ def _settings_reason(out: SearchOutput, plan: PlanSummary, link: Any, islands: i
             spec.model.num_layers,
             fixed_f,
             fixed_fragment_sync_delay,
-            max_fragment_sync_delay=strat.max_fragment_sync_delay,
+            max_fragment_sync_delay=rails.max_fragment_sync_delay,
+            max_fragment_sync_delay_fraction=rails.max_fragment_sync_delay_fraction,
+            target_fragments=rails.target_fragments,
         )
     else:
         c = choose_sync_every(
@@ -291,14 +379,15 @@ def _settings_reason(out: SearchOutput, plan: PlanSummary, link: Any, islands: i
             spec.model.num_layers,
             fixed_f,
             fixed_fragment_sync_delay,
-            max_sync_every=strat.max_sync_every,
-            max_fragment_sync_delay=strat.max_fragment_sync_delay,
+            max_sync_every=rails.max_sync_every,
+            max_fragment_sync_delay=rails.max_fragment_sync_delay,
+            max_fragment_sync_delay_fraction=rails.max_fragment_sync_delay_fraction,
+            target_fragments=rails.target_fragments,
         )
     if c.zero_blocking:
         return c.reason
     return (
-        f"blocking cannot be hidden within the convergence guard-rails (maxSyncEvery "
-        f"{strat.max_sync_every}, maxFragmentSyncDelay {strat.max_fragment_sync_delay}): "
+        f"blocking cannot be hidden within the convergence guard-rails ({rails.described()}): "
         + c.reason
     )
 
@@ -306,14 +395,14 @@ def _settings_reason(out: SearchOutput, plan: PlanSummary, link: Any, islands: i
 def build_result(out: SearchOutput) -> PlanResult:
     f = out.frontier
     frontier = [summarise(out, f, i) for i in range(len(f))]
-    chosen = frontier[out.chosen]
+    chosen = summarise(out, out.evaluated, out.chosen)
     sources = {c.pool.name: c.cost_model.coefficients.source.value for c in out.contexts}
     obj = out.spec.objective
     fraction = obj.throughput_fraction if obj.kind is ObjectiveKind.THROUGHPUT_FRACTION else 0.99
     return PlanResult(
         out,
         chosen,
-        frontier[out.fastest],
+        summarise(out, out.evaluated, out.fastest),
         frontier,
         simulate_chosen(out, chosen),
         tolerance_spread(out, fraction),
@@ -322,8 +411,9 @@ def build_result(out: SearchOutput) -> PlanResult:
 
 
 def top_by_throughput(result: PlanResult, n: int = 20) -> list[PlanSummary]:
-    """The ``n`` highest-throughput plans scored (ties: cheaper first) — the paper's Fig. 8."""
+    """The ``n`` highest-throughput plans scored (ties: cheaper first) — the paper's Fig. 8 —
+    on the figures the objective ranks by."""
     ev = result.output.evaluated
     ok = np.flatnonzero(ev.feasible)
-    order = ok[np.lexsort((ev.cost_usd[ok], -ev.tokens_per_s[ok]))]
+    order = ok[np.lexsort((ev.rank_cost_usd[ok], ev.rank_time_s[ok]))]
     return [summarise(result.output, ev, int(i)) for i in order[:n]]

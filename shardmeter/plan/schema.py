@@ -30,6 +30,10 @@ class ObjectiveKind(SpecEnum):
     """Fastest plan costing at most ``costBudgetUsd``."""
     TIME_BUDGET = "time-budget"
     """Cheapest plan finishing within ``timeBudgetHours``."""
+    MIN_ENERGY = "min-energy"
+    """Plan that draws the least energy (kWh at the sites' meters: GPUs × power × PUE)."""
+    MIN_CO2 = "min-co2"
+    """Plan that emits the least CO₂e (its energy × each site's grid carbon intensity)."""
 
 
 class Runtime(SpecEnum):
@@ -43,6 +47,16 @@ class Runtime(SpecEnum):
     """The paper's ideal: islands process different numbers of tokens per inner step and the
     outer step weights their pseudo-gradients by tokens. No runtime the operator launches does
     this weighting; use it for what-if studies such as the paper's case study."""
+
+
+DEFAULT_QUALITY_ADJUSTED = True
+"""Plans are ranked by their data-parallel-equivalent figures unless a request says
+otherwise. Why (the choice of issue 25): DiLoCo with more islands or a longer syncEvery
+needs more tokens to reach data-parallel's loss — *Scaling Laws for DiLoCo* measures +0.7 to
++3.9 % loss for 2–8 islands at 35 M parameters — so raw tokens per second overstate exactly
+the plans (many islands, long syncs) a throughput objective favours. The factor is 1 for
+FSDP and near 1 for few islands on large models, so it changes a choice only where the
+quality price is real; the raw figures are reported beside the ranked ones."""
 
 
 class ObjectiveSpec(SpecModel):
@@ -66,6 +80,13 @@ class ObjectiveSpec(SpecModel):
     """For throughput-fraction: the share of the best throughput to keep."""
     cost_budget_usd: float | None = Field(default=None, gt=0)
     time_budget_hours: float | None = Field(default=None, gt=0)
+    co2_budget_kg: float | None = Field(default=None, gt=0)
+    """With any kind: only plans emitting at most this many kg CO₂e are considered."""
+    quality_adjusted: bool = DEFAULT_QUALITY_ADJUSTED
+    """Rank plans by what they take to reach data-parallel's loss: wall-clock, cost, energy
+    and CO₂ × the plan's equivalent-token factor (`shardmeter.cost.quality`), and apply the
+    budgets and the throughput fraction to those figures. False: rank by the figures for
+    ``totalTokens`` as they are, as if every DiLoCo token were worth a data-parallel one."""
 
     @model_validator(mode="after")
     def _budget_given(self) -> ObjectiveSpec:
@@ -198,7 +219,8 @@ def _pool_from_manifest(doc: dict[str, Any], where: str) -> dict[str, Any]:
     spec = doc.get("spec") or {}
     if not isinstance(spec, dict):
         raise SpecError("spec", "must be a mapping of fields", where)
-    hardware = {to_camel(f) for f in PoolHardware.model_fields} | set(PoolHardware.model_fields)
+    fields = PoolHardware.model_fields
+    hardware = {f.alias or to_camel(name) for name, f in fields.items()} | set(fields)
     return {"name": name, **{k: v for k, v in spec.items() if k in hardware}}
 
 

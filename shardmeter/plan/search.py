@@ -68,8 +68,10 @@ class SearchOutput:
     frontier: Evaluation
     """Pareto frontier, sorted by time ascending (cost descending)."""
     chosen: int
-    """Index into ``frontier``."""
+    """Index into ``evaluated`` (on the frontier for the time/cost objectives; min-energy and
+    min-co2 may choose a plan off it)."""
     fastest: int
+    """Index into ``evaluated``."""
     stats: SearchStats
     notes: list[str] = field(default_factory=list)
 
@@ -115,7 +117,8 @@ def build_space(
 
 
 def _passes(tree: TreeSearch, spec: PlanSpec) -> tuple[bool, float | None]:
-    """Run the objective's passes; (proven, gap)."""
+    """Run the objective's passes; (proven, gap). (A CO₂ budget makes the layouts above it
+    infeasible as they are scored: `Evaluator.score`.)"""
     obj = spec.objective
     kind = obj.kind
     if kind is ObjectiveKind.THROUGHPUT_FRACTION:
@@ -129,6 +132,10 @@ def _passes(tree: TreeSearch, spec: PlanSpec) -> tuple[bool, float | None]:
         p = tree.run(Goal("time"), "fastest plan")
     elif kind is ObjectiveKind.MIN_COST:
         p = tree.run(Goal("cost"), "cheapest plan")
+    elif kind is ObjectiveKind.MIN_ENERGY:
+        p = tree.run(Goal("energy"), "least energy")
+    elif kind is ObjectiveKind.MIN_CO2:
+        p = tree.run(Goal("co2"), "least CO₂e")
     elif kind is ObjectiveKind.COST_BUDGET:
         p = tree.run(
             Goal("time", cost_cap_usd=float(obj.cost_budget_usd or math.inf)),
@@ -184,6 +191,15 @@ def search(
     evaluated = tree.evaluated()
     frontier = pareto_frontier(evaluated) if len(evaluated) else Evaluation.empty(len(contexts))
     if len(frontier) == 0:
+        budget = spec.objective.co2_budget_kg
+        least = evaluator.least_co2_over_budget_kg
+        if budget is not None and least < math.inf:
+            raise InfeasibleError(
+                f"no plan emits ≤ {budget:,.0f} kg CO₂e; the least-emitting plan scored emits "
+                f"{least:,.0f} kg — raise objective.co2BudgetKg or use pools on a cleaner grid "
+                "(gridCarbonIntensityGPerKwh)",
+                "objective.co2BudgetKg",
+            )
         if not proven:
             raise InfeasibleError(
                 f"no feasible plan found within the time limit of {time_limit_s:g} s; "
@@ -191,13 +207,14 @@ def search(
                 "time limit",
             )
         raise InfeasibleError(no_plan_reason(spec, contexts, table, evaluator), "constraints")
-    chosen, fastest = select(frontier, spec)
+    chosen, fastest = select(evaluated, spec)
     if not proven:
         notes.append(
             "time limit reached: the plan shown is the best found"
             + (f", within {gap:.2%} of the proven bound" if gap is not None else "")
         )
     notes += _exactness_notes(grid, contexts)
+    notes += _guard_rail_notes(spec)
     stats = SearchStats(
         mode,
         tree.scored,
@@ -211,6 +228,19 @@ def search(
     return SearchOutput(
         spec, contexts, table, evaluator, evaluated, frontier, chosen, fastest, stats, notes
     )
+
+
+def _guard_rail_notes(spec: PlanSpec) -> list[str]:
+    """Guard-rails that narrowed the search itself (the settings' and the quality's own are
+    in the plan's reason and its quality warnings)."""
+    strat, c = spec.strategy, spec.constraints
+    if strat.is_diloco and max_islands(spec) < c.max_islands:
+        return [
+            f"at most {max_islands(spec)} islands, not constraints.maxIslands {c.max_islands}: "
+            "strategy.beyondMeasuredIslands is cap and no published DiLoCo run trained more "
+            f"than strategy.maxMeasuredIslands ({strat.max_measured_islands}) replicas"
+        ]
+    return []
 
 
 def _exactness_notes(grid: BatchGrid, contexts: list[PoolContext]) -> list[str]:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 
 from shardmeter.cost.model import CostModel
+from shardmeter.cost.outer_precision import wire_bytes_per_value
 from shardmeter.sim.diloco import (
     DiLoCoResult,
     IslandSteps,
@@ -24,6 +25,7 @@ from shardmeter.sim.fsdp import (
 )
 from shardmeter.sim.outer import OuterLink
 from shardmeter.sim.settings import (
+    GuardRails,
     SettingsChoice,
     choose_blocking_sync_every,
     choose_sync_every,
@@ -180,11 +182,17 @@ class DiLoCoOutcome:
     fragment_all_reduce_s: tuple[float, ...]
 
 
+def outer_payload_bytes(model: TransformerSpec, strategy: StrategySpec, params: float) -> float:
+    """Bytes of ``params`` pseudo-gradient values on the wire in the strategy's outer
+    precision (`shardmeter.cost.outer_precision`)."""
+    return params * wire_bytes_per_value(strategy.outer_precision, model.hidden_size)
+
+
 def fragment_all_reduce_seconds(
     model: TransformerSpec, strategy: StrategySpec, link: OuterLink, islands: int, fragments: int
 ) -> list[float]:
     payload = [
-        p * strategy.outer_precision.bytes
+        outer_payload_bytes(model, strategy, p)
         for p in fragment_params(model, fragments, strategy.fragment_layout)
     ]
     return [link.all_reduce_seconds(d, islands) for d in payload]
@@ -209,10 +217,7 @@ def resolve_settings(
     fragment_sync_delay = (
         strategy.fragment_sync_delay if isinstance(strategy.fragment_sync_delay, int) else None
     )
-    max_fragment_sync_delay, max_h = (
-        strategy.max_fragment_sync_delay,
-        strategy.max_sync_every,
-    )  # guard-rails
+    rails = GuardRails.of(strategy, model.num_layers)
     if h is None:
         choice = choose_sync_every(
             step_s,
@@ -220,8 +225,10 @@ def resolve_settings(
             model.num_layers,
             f,
             fragment_sync_delay,
-            max_sync_every=max_h,
-            max_fragment_sync_delay=max_fragment_sync_delay,
+            max_sync_every=rails.max_sync_every,
+            max_fragment_sync_delay=rails.max_fragment_sync_delay,
+            max_fragment_sync_delay_fraction=rails.max_fragment_sync_delay_fraction,
+            target_fragments=rails.target_fragments,
         )
     else:
         choice = search_settings(
@@ -231,22 +238,32 @@ def resolve_settings(
             model.num_layers,
             f,
             fragment_sync_delay,
-            max_fragment_sync_delay=max_fragment_sync_delay,
+            max_fragment_sync_delay=rails.max_fragment_sync_delay,
+            max_fragment_sync_delay_fraction=rails.max_fragment_sync_delay_fraction,
+            target_fragments=rails.target_fragments,
         )
     if choice.zero_blocking or (f is None and fragment_sync_delay is None):
         return choice
     # the user's fixed values block: say what the free search would pick instead
     free = (
         search_settings(
-            h, step_s, all_reduce, model.num_layers, max_fragment_sync_delay=max_fragment_sync_delay
+            h,
+            step_s,
+            all_reduce,
+            model.num_layers,
+            max_fragment_sync_delay=rails.max_fragment_sync_delay,
+            max_fragment_sync_delay_fraction=rails.max_fragment_sync_delay_fraction,
+            target_fragments=rails.target_fragments,
         )
         if h is not None
         else choose_sync_every(
             step_s,
             all_reduce,
             model.num_layers,
-            max_sync_every=max_h,
-            max_fragment_sync_delay=max_fragment_sync_delay,
+            max_sync_every=rails.max_sync_every,
+            max_fragment_sync_delay=rails.max_fragment_sync_delay,
+            max_fragment_sync_delay_fraction=rails.max_fragment_sync_delay_fraction,
+            target_fragments=rails.target_fragments,
         )
     )
     advice = (
@@ -276,7 +293,9 @@ def simulate_islands(
             isl.name,
             isl.step_s,
             tuple(
-                isl.cm.outer_step_seconds(p, isl.shape.ranks, strategy.outer_state_on_gpu)
+                isl.cm.outer_step_seconds(
+                    p, isl.shape.ranks, strategy.outer_state_on_gpu, strategy.outer_precision
+                )
                 for p in frags
             ),
         )

@@ -10,19 +10,24 @@ form by simulation):
 
 1. *Zero blocking*: the smallest ``sync_every`` H (from `SYNC_EVERY_CANDIDATES`, at most
    ``max_sync_every``; with pinned ``fragments`` P, those rounded to multiples of P, as
-   torchft requires: `sync_every_candidates`), then the fewest fragments F, then the
-   shortest delay τ (``τ ≤ max_fragment_sync_delay``) whose all_reduces all hide behind τ
-   inner steps — the paper's choice: the shortest time until the pseudo-gradient is fully
-   exchanged.
+   torchft requires: `sync_every_candidates`) — the smallest H costs the least quality
+   (`shardmeter.cost.quality`) — then the *preferred* fragment count F, then the shortest
+   delay τ (``τ ≤`` the delay limit at H) whose all_reduces all hide behind τ inner steps.
+   Preferred: nearest to blocks ÷ ``layers_per_fragment`` (ties: fewer), the fragment size
+   the Streaming DiLoCo papers train with; without a target, the fewest (the paper's §IV-D
+   choice, kept for callers that pass none).
 2. *Otherwise* blocking cannot be hidden within the guard-rails, and the settings that slow
    training least are taken: the least ``(blocking + outer optimizer step) / H`` per inner
-   step (ties: smaller H, fewer fragments, shorter delay). The blocking is reported; it is
-   never hidden by proposing a sync interval or delay beyond the guard-rails.
+   step (ties: smaller H, preferred fragments, shorter delay). The blocking is reported; it
+   is never hidden by proposing a sync interval or delay beyond the guard-rails.
 
-**Guard-rails** (`StrategySpec.max_sync_every`, `StrategySpec.max_fragment_sync_delay`): the
-DiLoCo paper (Douillard et al. 2023, arXiv:2311.08105) trains with H = 500 inner steps and sees
-quality drop as H grows; Streaming DiLoCo (Douillard et al. 2025, arXiv:2501.18512) trains with
-H = 100 and overlaps each fragment's communication with only a few inner steps (τ ≤ 5).
+**Guard-rails** (`StrategySpec`): ``max_sync_every`` — the DiLoCo paper (Douillard et al.
+2023, arXiv:2311.08105) trains with H = 500 and sees quality drop as H grows;
+``max_fragment_sync_delay`` and ``max_fragment_sync_delay_fraction`` — Streaming DiLoCo
+(Douillard et al. 2025, arXiv:2501.18512) trains with H = 100 and reports training robust to
+overlaps of τ ≤ 5 inner steps, i.e. 5 % of H: the delay limit at H is
+``min(max_fragment_sync_delay, ⌊fraction × H⌋)``; ``layers_per_fragment`` — about 3 blocks
+per fragment in those papers.
 
 With these two rules the effective step time ``T + overhead(T)`` never decreases when the
 inner step T grows (zero blocking: a longer step needs no larger H; blocking: every option's
@@ -41,6 +46,7 @@ from shardmeter.spec.training import (
     StrategyKind,
     StrategySpec,
     StreamingSettings,
+    fragment_sync_delay_limit,
     torchft_violation,
 )
 
@@ -116,6 +122,12 @@ class SettingsChoice:
         return StreamingSettings(self.sync_every, self.fragments, self.fragment_sync_delay)
 
 
+def fragment_preference(fragments: int, target: float | None) -> tuple[float, int]:
+    """Sort key of a fragment count: nearest to ``target`` (blocks ÷ layers per fragment),
+    ties fewer; without a target, fewer."""
+    return (abs(fragments - target) if target is not None else 0.0, fragments)
+
+
 @dataclass(frozen=True)
 class _Search:
     """One settings search: the island's inner step, its fragments' all_reduce seconds, the
@@ -130,27 +142,59 @@ class _Search:
     fragment_sync_delay: int | None
     max_fragment_sync_delay: int | None
     candidates: Sequence[int]
+    max_fragment_sync_delay_fraction: float | None = None
+    """τ ≤ ⌊this × H⌋ as well (None: no bound relative to H)."""
+    target_fragments: float | None = None
+    """Preferred fragment count (blocks ÷ layers per fragment); None: the fewest."""
+
+    def delay_limit(self, h: int) -> int | None:
+        """The largest τ auto may take at H (None: up to the window)."""
+        return fragment_sync_delay_limit(
+            h, self.max_fragment_sync_delay, self.max_fragment_sync_delay_fraction
+        )
 
     def options(self, h: int) -> list[tuple[float, int, int]]:
-        """(blocking, F, τ) for every legal option at H given the fixed values, F then τ
-        ascending."""
+        """(blocking, F, τ) for every legal option at H given the fixed values, F in
+        preference order, then τ ascending."""
         out = []
-        for f in divisors(h):
-            if f > self.max_fragments or (self.fragments is not None and f != self.fragments):
-                continue
+        counts = [
+            f
+            for f in divisors(h)
+            if f <= self.max_fragments and (self.fragments is None or f == self.fragments)
+        ]
+        counts.sort(key=lambda f: fragment_preference(f, self.target_fragments))
+        limit = self.delay_limit(h)
+        for f in counts:
             window = h // f
             ars = self.all_reduce(f)
             taus: Sequence[int]
             if self.fragment_sync_delay is not None:
                 taus = [self.fragment_sync_delay]
-            elif self.max_fragment_sync_delay is None:
+            elif limit is None:
                 taus = range(window)
             else:
-                taus = range(min(window, self.max_fragment_sync_delay + 1))
+                taus = range(min(window, limit + 1))
             for tau in taus:
                 if torchft_violation(h, f, tau) is None:
                     out.append((closed_form_blocking(ars, self.step_s, tau), f, tau))
         return out
+
+    def fragment_note(self, f: int) -> str:
+        """Why F fragments, when auto chose them towards the convergence target."""
+        if self.target_fragments is None or self.fragments is not None:
+            return ""
+        per = self.max_fragments / f
+        return (
+            f" ({per:.3g} blocks per fragment: the count nearest {self.max_fragments} blocks ÷ "
+            f"{self.max_fragments / self.target_fragments:g} (layersPerFragment) that hides it)"
+        )
+
+    def least_blocking(self, options: Sequence[tuple[float, int, int]]) -> tuple[float, int, int]:
+        """The option with the least blocking (ties: preferred fragments, shorter delay)."""
+        return min(
+            options,
+            key=lambda o: (o[0], fragment_preference(o[1], self.target_fragments), o[2]),
+        )
 
     def fits(self, h: int) -> bool:
         """Whether H keeps torchft's rule with the pinned fragments (any H when auto)."""
@@ -173,10 +217,28 @@ class _Search:
                     None,
                     f"{f} fragment(s) with delay {tau}: each all_reduce "
                     f"({max(self.all_reduce(f)):.3g} s) hides behind {tau} inner steps of "
-                    f"{self.step_s:.3g} s",
+                    f"{self.step_s:.3g} s" + self.fragment_note(f),
                 )
-        blocking, f, tau = min(options, key=lambda o: (o[0], o[1], o[2]))
+        blocking, f, tau = self.least_blocking(options)
         return self.blocking_choice(sync_every, f, tau, blocking)
+
+    def relative_limit_note(self, smaller: Sequence[int]) -> str:
+        """When a smaller H of ``smaller`` would hide the all_reduce but for the delay limit
+        relative to H: which, and the delay it would need."""
+        if self.max_fragment_sync_delay_fraction is None or self.fragment_sync_delay is not None:
+            return ""
+        free = replace(self, max_fragment_sync_delay_fraction=None)
+        for h in smaller:
+            if not self.fits(h):
+                continue
+            taus = [tau for b, _, tau in free.options(h) if b <= BLOCKING_EPSILON_S]
+            if taus:
+                return (
+                    f"; syncEvery {h} would need fragmentSyncDelay {min(taus)} > "
+                    f"{self.max_fragment_sync_delay_fraction:g} × {h} "
+                    "(maxFragmentSyncDelayFraction, the overlap Streaming DiLoCo reports robust)"
+                )
+        return ""
 
     def zero_blocking_hint(self, sync_every: int) -> int | None:
         """The smallest candidate H > ``sync_every`` (from ``candidates`` and
@@ -198,7 +260,12 @@ class _Search:
 
     def delay_hint(self, sync_every: int) -> int | None:
         """The shortest delay with a zero-blocking option at ``sync_every`` (no delay limit)."""
-        free = replace(self, fragment_sync_delay=None, max_fragment_sync_delay=None)
+        free = replace(
+            self,
+            fragment_sync_delay=None,
+            max_fragment_sync_delay=None,
+            max_fragment_sync_delay_fraction=None,
+        )
         found = [tau for b, _, tau in free.options(sync_every) if b <= BLOCKING_EPSILON_S]
         return min(found, default=None)
 
@@ -207,14 +274,14 @@ class _Search:
         needed = self.zero_blocking_hint(sync_every)
         pinned_values = self.fragments is not None or self.fragment_sync_delay is not None
         pinned = " with the fixed fragments/delay" if pinned_values else ""
-        limit = self.max_fragment_sync_delay
+        limit = self.delay_limit(sync_every)
         railed = limit is not None and self.fragment_sync_delay is None
         rails = f" (fragmentSyncDelay ≤ {limit})" if railed else ""
         hints = []
         if needed is not None:
             hints.append(
                 f"syncEvery ≥ {needed} would allow zero blocking{pinned}"
-                + (f" with fragmentSyncDelay ≤ {limit}" if rails else "")
+                + (f" with fragmentSyncDelay ≤ {self.delay_limit(needed)}" if rails else "")
             )
         if railed:
             tau_needed = self.delay_hint(sync_every)
@@ -293,13 +360,17 @@ def search_settings(
     fragment_sync_delay: int | None = None,
     candidates: Sequence[int] = SYNC_EVERY_CANDIDATES,
     max_fragment_sync_delay: int | None = None,
+    *,
+    max_fragment_sync_delay_fraction: float | None = None,
+    target_fragments: float | None = None,
 ) -> SettingsChoice:
-    """Fewest fragments, then shortest delay (≤ ``max_fragment_sync_delay``), with zero
-    blocking for this ``sync_every``; else the least blocking. ``fragments`` and
-    ``fragment_sync_delay`` pin user-fixed values. ``all_reduce(F)`` gives each fragment's
-    all_reduce seconds when the model is cut into F fragments. ``candidates`` (with
-    `HINT_SYNC_EVERY_CANDIDATES`) are where the hint for a zero-blocking ``sync_every`` is
-    looked for."""
+    """The preferred fragments (nearest ``target_fragments``, else the fewest), then the
+    shortest delay (≤ ``max_fragment_sync_delay`` and ≤ ⌊``max_fragment_sync_delay_fraction``
+    × H⌋), with zero blocking for this ``sync_every``; else the least blocking.
+    ``fragments`` and ``fragment_sync_delay`` pin user-fixed values. ``all_reduce(F)`` gives
+    each fragment's all_reduce seconds when the model is cut into F fragments.
+    ``candidates`` (with `HINT_SYNC_EVERY_CANDIDATES`) are where the hint for a
+    zero-blocking ``sync_every`` is looked for."""
     search = _Search(
         step_s,
         all_reduce,
@@ -308,6 +379,8 @@ def search_settings(
         fragment_sync_delay,
         max_fragment_sync_delay,
         candidates,
+        max_fragment_sync_delay_fraction,
+        target_fragments,
     )
     return search.at(sync_every)
 
@@ -322,10 +395,14 @@ def choose_sync_every(
     max_sync_every: int | None = None,
     max_fragment_sync_delay: int | None = None,
     outer_step_s: float = 0.0,
+    *,
+    max_fragment_sync_delay_fraction: float | None = None,
+    target_fragments: float | None = None,
 ) -> SettingsChoice:
     """``sync_every: auto`` for Streaming DiLoCo (see the module docstring): the smallest
     candidate H ≤ ``max_sync_every`` with zero blocking; else the settings with the least
-    ``(blocking + outer_step_s) / H``."""
+    ``(blocking + outer_step_s) / H``. When the delay limit relative to H is what rules out
+    a smaller H, the reason says so."""
     search = _Search(
         step_s,
         all_reduce,
@@ -334,18 +411,21 @@ def choose_sync_every(
         fragment_sync_delay,
         max_fragment_sync_delay,
         candidates,
+        max_fragment_sync_delay_fraction,
+        target_fragments,
     )
     limit = max(candidates) if max_sync_every is None else max_sync_every
     hs = sync_every_candidates(limit, candidates, fragments)
     best: tuple[float, int, int, int, float] | None = None  # overhead, H, F, τ, blocking
-    for h in hs:
+    for i, h in enumerate(hs):
         if not search.fits(h):
             continue
         options = search.options(h)
         if any(blocking <= BLOCKING_EPSILON_S for blocking, _, _ in options):
-            return search.at(h)
+            choice = search.at(h)
+            return replace(choice, reason=choice.reason + search.relative_limit_note(hs[:i]))
         if options:
-            blocking, f, tau = min(options, key=lambda o: (o[0], o[1], o[2]))
+            blocking, f, tau = search.least_blocking(options)
             key = ((blocking + outer_step_s) / h, h, f, tau, blocking)
             if best is None or key[:4] < best[:4]:
                 best = key
@@ -374,6 +454,7 @@ def settings_problem(strategy: StrategySpec, max_fragments: int) -> SpecError | 
         delay,
         strategy.max_fragment_sync_delay,
         SYNC_EVERY_CANDIDATES,
+        strategy.max_fragment_sync_delay_fraction,
     )
     if isinstance(strategy.sync_every, int):
         h = strategy.sync_every
@@ -382,6 +463,33 @@ def settings_problem(strategy: StrategySpec, max_fragments: int) -> SpecError | 
     if any(search.fits(h) and search.options(h) for h in hs):
         return None
     return search.no_candidate(strategy.max_sync_every)
+
+
+@dataclass(frozen=True)
+class GuardRails:
+    """A strategy's convergence guard-rails, as the settings searches take them."""
+
+    max_sync_every: int
+    max_fragment_sync_delay: int
+    max_fragment_sync_delay_fraction: float
+    target_fragments: float
+    """Blocks ÷ ``layersPerFragment``: the fragment count auto prefers."""
+
+    @classmethod
+    def of(cls, strategy: StrategySpec, num_layers: int) -> GuardRails:
+        return cls(
+            strategy.max_sync_every,
+            strategy.max_fragment_sync_delay,
+            strategy.max_fragment_sync_delay_fraction,
+            num_layers / strategy.layers_per_fragment,
+        )
+
+    def described(self) -> str:
+        return (
+            f"maxSyncEvery {self.max_sync_every}, maxFragmentSyncDelay "
+            f"{self.max_fragment_sync_delay}, maxFragmentSyncDelayFraction "
+            f"{self.max_fragment_sync_delay_fraction:g}"
+        )
 
 
 def choose_blocking_sync_every(

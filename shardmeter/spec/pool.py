@@ -40,6 +40,18 @@ NetworkRef = Annotated[
     NetworkSpec, BeforeValidator(_resolve_network, json_schema_input_type=str | NetworkSpec)
 ]
 
+DEFAULT_PUE = 1.58
+"""Average annual PUE reported by the Uptime Institute's Global Data Center Survey 2023."""
+MAX_PUE = 3.0
+"""Largest PUE a pool may state (the survey's worst sites are near 2.5)."""
+DEFAULT_GRID_CARBON_INTENSITY_G_PER_KWH = 480.0
+"""World-average carbon intensity of electricity in 2023: 480 gCO₂e/kWh (Ember, Global
+Electricity Review 2024)."""
+MAX_GRID_CARBON_INTENSITY = 2000.0
+"""Largest carbon intensity a pool may state (lignite power is ~1,100 gCO₂e/kWh)."""
+MAX_EGRESS_USD_PER_GB = 100.0
+"""Dearest egress a pool may state (list prices are below 0.2 USD per GB)."""
+
 _NAME_RE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 
 
@@ -88,6 +100,29 @@ class PoolHardware(SpecModel):
     power_cap_watts: float | None = Field(default=None, gt=0)
     """GPU power limit set on the nodes (``nvidia-smi -pl``); unset = the board's TDP. Lower
     caps lower the sustained clock (see `shardmeter.cost.power`)."""
+    pue: float = Field(default=DEFAULT_PUE, ge=1.0, le=MAX_PUE)
+    """Power usage effectiveness of the site: facility energy ÷ IT energy (1.0–3.0). Default
+    1.58, the average annual PUE of the Uptime Institute's Global Data Center Survey 2023;
+    hyperscale sites report 1.1–1.2."""
+    grid_carbon_intensity_g_per_kwh: float = Field(
+        default=DEFAULT_GRID_CARBON_INTENSITY_G_PER_KWH, ge=0, le=MAX_GRID_CARBON_INTENSITY
+    )
+    """Carbon intensity of the site's electricity in gCO₂e per kWh (0–2,000). Default 480,
+    the world average of 2023 (Ember, Global Electricity Review 2024); grids range from
+    ~30 (hydro/nuclear) to ~800 (coal)."""
+    wan_egress_usd_per_gb: float = Field(
+        default=0.0, ge=0, le=MAX_EGRESS_USD_PER_GB, alias="wanEgressUsdPerGB"
+    )
+    """Price of one GB (10⁹ bytes, not a gigabit) leaving the site over its WAN uplink (0–100
+    USD; ``wanEgressUsdPerGB``). Default
+    0 (no egress billing, e.g. own sites); clouds charge about 0.02 between regions and
+    0.05–0.09 to the internet. DiLoCo's outer all_reduce across sites is priced with it."""
+    exclusive_nodes: bool = False
+    """An island pays for (and powers) its nodes whole, all ``gpusPerNode`` GPUs, even when
+    it uses fewer — clouds that rent whole nodes, or pools whose left-over GPUs no other job
+    may use; the planner then prefers shapes that fill their nodes. Default false: GPUs are
+    billed one by one, as the paper's USD per GPU-hour (a shared Kubernetes pool schedules
+    other pods on the GPUs an island leaves free)."""
 
     @model_validator(mode="after")
     def _one_network(self) -> PoolHardware:

@@ -4,42 +4,20 @@ their knobs)."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, ValidationInfo, field_validator, model_validator
 
 from shardmeter.errors import SpecError
+from shardmeter.spec import precision as _precision
 from shardmeter.spec.base import SpecEnum, SpecModel
 
-
-class Precision(SpecEnum):
-    """``bf16``: BF16 compute with FP32 master weights; ``fp8``: the same with float8 matmuls
-    (torchao ``Float8Linear``, dynamic tensorwise scaling; H100/H200 only; ``float8`` is
-    accepted); ``fp32``: everything in FP32."""
-
-    BF16 = "bf16"
-    FP32 = "fp32"
-    FP8 = "fp8"
-
-    @classmethod
-    def _missing_(cls, value: object) -> Precision | None:
-        if isinstance(value, str) and value.strip().lower() in ("float8", "fp8", "float8_e4m3fn"):
-            return cls.FP8
-        if isinstance(value, str) and value.strip().lower() in ("bfloat16", "float32"):
-            return cls.BF16 if value.strip().lower() == "bfloat16" else cls.FP32
-        return None
-
-    @property
-    def bytes(self) -> int:
-        """Bytes of one element in this precision."""
-        return {Precision.BF16: 2, Precision.FP32: 4, Precision.FP8: 1}[self]
-
-    @property
-    def base(self) -> Precision:
-        """The precision of everything but the float8 matmuls (activations, gathered
-        parameters, coefficients): bf16 for fp8 training."""
-        return Precision.BF16 if self is Precision.FP8 else self
+Precision = _precision.Precision
+"""The number formats live in `shardmeter.spec.precision` (named here too: training and
+strategy fields are typed with it)."""
+COMPUTE_PRECISIONS = _precision.COMPUTE_PRECISIONS
 
 
 class ActivationCheckpointing(SpecEnum):
@@ -116,7 +94,12 @@ class TrainingSpec(SpecModel):
                 {
                     "rule": "self.globalBatchTokens % self.seqLenTokens == 0",
                     "message": "globalBatchTokens must be a multiple of seqLenTokens",
-                }
+                },
+                {
+                    "rule": "!has(self.precision) || self.precision in ['bf16', 'fp32', 'fp8']",
+                    "message": "precision must be bf16, fp32 or fp8 (int8 and fp4 are outer "
+                    "precisions: strategy.outerPrecision)",
+                },
             ]
         }
     }
@@ -156,6 +139,21 @@ class TrainingSpec(SpecModel):
     """Bytes per gradient element in reduce_scatter (FSDP2 reduce_dtype)."""
     optimizer_state_bytes_per_param: float = Field(default=8.0, ge=0, le=64)
     """Optimizer state per parameter (AdamW: two FP32 moments = 8)."""
+
+    @field_validator("precision", mode="before")
+    @classmethod
+    def _compute_format(cls, value: Any) -> Any:
+        """Only the compute formats (the enum's error would list the outer ones too)."""
+        try:
+            precision = Precision(value)
+        except ValueError:
+            raise ValueError("must be 'bf16', 'fp32' or 'fp8'") from None
+        if not precision.is_compute:
+            raise ValueError(
+                f"must be 'bf16', 'fp32' or 'fp8': {precision.value} is an outer precision, "
+                "not a compute one (strategy.outerPrecision sets the pseudo-gradients' format)"
+            )
+        return value
 
     @model_validator(mode="after")
     def _whole_sequences(self) -> TrainingSpec:
@@ -234,6 +232,25 @@ MAX_ISLANDS = 64
 """Most islands a plan or a simulation may have (DiLoCo trains with ≤ 10 for stability)."""
 MAX_FRAGMENTS = 1024
 """Largest ``fragments`` P (a fragment holds at least one block; models have ≤ 1024)."""
+
+
+DEFAULT_MAX_FRAGMENT_SYNC_DELAY_FRACTION = 0.05
+"""τ ≤ 5 % of H: Streaming DiLoCo (Douillard et al. 2025, arXiv:2501.18512) reports training
+robust to overlaps of up to τ = 5 inner steps at H = 100."""
+DEFAULT_LAYERS_PER_FRAGMENT = 3
+"""About 3 transformer blocks per fragment, the fragment size the Streaming DiLoCo papers
+train with (arXiv:2501.18512)."""
+DEFAULT_MAX_MEASURED_ISLANDS = 8
+"""The most replicas in *Scaling Laws for DiLoCo* (arXiv:2503.09799, Table 4: M ≤ 8)."""
+
+
+class BeyondMeasured(SpecEnum):
+    """What the planner does with more islands than any published DiLoCo run had."""
+
+    WARN = "warn"
+    """Search them; their quality is extrapolated, warned and given a wider uncertainty."""
+    CAP = "cap"
+    """Propose at most ``maxMeasuredIslands`` islands."""
 
 
 AUTO_FIELD_BOUNDS: dict[str, tuple[int, int]] = {
@@ -341,14 +358,19 @@ class StrategySpec(SpecModel):
     sync_every: int | Auto = "auto"
     """Inner steps per outer step H (1–10,000), or auto (smallest one with zero blocking)."""
     fragments: int | Auto = "auto"
-    """Streaming DiLoCo fragments P (1 to the model's blocks), or auto (fewest, no blocking)."""
+    """Streaming DiLoCo fragments P (1 to the model's blocks), or auto (the count nearest
+    blocks ÷ ``layersPerFragment`` that leaves no blocking)."""
     fragment_sync_delay: int | Auto = "auto"
     """Steps τ between starting a fragment's all_reduce and needing it, or auto."""
     fragment_layout: Literal["contiguous", "strided"] = "contiguous"
     """contiguous: fragment j holds blocks [j·L/P, (j+1)·L/P); strided: blocks j, j+P, …"""
     outer_precision: Precision = Precision.FP32
-    """Precision of the pseudo-gradient all_reduce (torchft sends FP32 unless quantising;
-    bf16 allowed)."""
+    """Format of the pseudo-gradients on the wire: fp32 (torchft's default: the parameters'
+    dtype), bf16, or quantised with one FP32 scale per row — fp8 (E4M3), int8, fp4. Fewer
+    bits mean fewer WAN bytes and a quantise/dequantise pass on each island's GPUs
+    (`shardmeter.cost.outer_precision`). torchtitan 0.3.0 + torchft 0.2.0 send either the
+    parameters' dtype or, with ``--fault_tolerance.should_quantize``, FP8 E4M3 on compute
+    capability ≥ 9.0 (H100/H200) and int8 below (A100, L40S); bf16 and fp4 have no flag."""
     outer_state_on_gpu: bool = False
     """Keep DiLoCo's outer parameter copy and momentum on the GPU (torchft keeps them on CPU)."""
     max_sync_every: int = Field(default=500, ge=1, le=MAX_SYNC_EVERY)
@@ -361,6 +383,26 @@ class StrategySpec(SpecModel):
     explicitly is used as given). Default 5: Streaming DiLoCo (Douillard et al. 2025,
     arXiv:2501.18512) overlaps each fragment's communication with only a few inner steps
     (τ ≤ 5 in its experiments)."""
+    max_fragment_sync_delay_fraction: float = Field(
+        default=DEFAULT_MAX_FRAGMENT_SYNC_DELAY_FRACTION, ge=0, le=1
+    )
+    """Convergence guard-rail relative to H: auto chooses τ ≤ ⌊this × syncEvery⌋ (and ≤
+    ``maxFragmentSyncDelay``). Default 0.05: Streaming DiLoCo reports training robust to
+    τ ≤ 5 at H = 100; beyond that share of an outer round the fragments' updates arrive
+    stale. A value set explicitly is used as given and warned about in the plan's quality."""
+    layers_per_fragment: int = Field(default=DEFAULT_LAYERS_PER_FRAGMENT, ge=1, le=MAX_FRAGMENTS)
+    """Convergence guard-rail for ``fragments: auto``: the fragment size the Streaming DiLoCo
+    papers train with (about 3 transformer blocks per fragment). Among the settings that hide
+    the outer all_reduce, auto takes the fragment count nearest to blocks ÷ this (ties: fewer),
+    not the fewest fragments for its own sake."""
+    max_measured_islands: int = Field(default=DEFAULT_MAX_MEASURED_ISLANDS, ge=1, le=MAX_ISLANDS)
+    """Convergence guard-rail: the most DiLoCo replicas any published run trained with —
+    8 (Scaling Laws for DiLoCo, arXiv:2503.09799, Table 4: M ∈ {1, 2, 4, 8}). Plans with more
+    islands are extrapolations of the quality model; see ``beyondMeasuredIslands``."""
+    beyond_measured_islands: BeyondMeasured = BeyondMeasured.WARN
+    """What a plan with more than ``maxMeasuredIslands`` islands gets: warn (default: it is
+    searched and its quality carries a warning and a wider uncertainty — the paper's own case
+    study allows 10) or cap (the planner proposes at most ``maxMeasuredIslands`` islands)."""
 
     @field_validator("sync_every", "fragments", "fragment_sync_delay")
     @classmethod
@@ -372,8 +414,6 @@ class StrategySpec(SpecModel):
 
     @model_validator(mode="after")
     def _torchft_rules(self) -> StrategySpec:
-        if self.outer_precision is Precision.FP8:
-            raise ValueError("outerPrecision must be bf16 or fp32 (fp8 is a matmul precision)")
         fragment_sync_delay = self.fragment_sync_delay
         if self.kind is StrategyKind.DILOCO:
             if isinstance(self.fragments, int) and self.fragments != 1:
@@ -395,3 +435,27 @@ class StrategySpec(SpecModel):
     @property
     def is_diloco(self) -> bool:
         return self.kind is not StrategyKind.FSDP
+
+    def fragment_sync_delay_limit(self, sync_every: int) -> int:
+        """The largest τ auto may choose at ``sync_every``: ``maxFragmentSyncDelay`` and
+        ⌊``maxFragmentSyncDelayFraction`` × H⌋, whichever is smaller."""
+        fraction = math.floor(self.max_fragment_sync_delay_fraction * sync_every + 1e-9)
+        return min(self.max_fragment_sync_delay, fraction)
+
+    def island_limit(self, max_islands: int) -> int:
+        """The most islands a plan may have under ``constraints.maxIslands`` = ``max_islands``
+        and the measured-islands guard-rail (capped only with ``beyondMeasuredIslands: cap``)."""
+        if self.beyond_measured_islands is BeyondMeasured.CAP:
+            return min(max_islands, self.max_measured_islands)
+        return max_islands
+
+
+def fragment_sync_delay_limit(
+    sync_every: int, max_fragment_sync_delay: int | None, fraction: float | None
+) -> int | None:
+    """τ auto may choose at H = ``sync_every``: at most ``max_fragment_sync_delay`` and at most
+    ⌊``fraction`` × H⌋ (None for either: no such bound; None back when neither bounds it)."""
+    limits = [v for v in (max_fragment_sync_delay,) if v is not None]
+    if fraction is not None:
+        limits.append(math.floor(fraction * sync_every + 1e-9))
+    return min(limits) if limits else None

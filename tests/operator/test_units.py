@@ -204,7 +204,11 @@ def test_plan_status_matches_the_cli_answer() -> None:
         {"cluster-a": None, "cluster-b": None},
     )
     cli_spec, _ = load_plan(REPO / "examples" / "case-study.yaml")
-    cli_spec = cli_spec.model_copy(update={"runtime": spec.runtime})  # the study is weighted
+    # the same question: the study is weighted, ranks by quality and sends bf16 outer traffic;
+    # the TrainingPlan example runs torchtitan-FT, ranks as the paper does and sends fp32
+    cli_spec = cli_spec.model_copy(
+        update={"runtime": spec.runtime, "objective": spec.objective, "strategy": spec.strategy}
+    )
     cli = build_result(search(cli_spec)).chosen
     assert outcome.plan == cli.label
     assert outcome.predictions.tokens_per_second == pytest.approx(cli.tokens_per_s, rel=1e-6)

@@ -97,7 +97,7 @@ def _reevaluate(inputs: PlanInputs, ok: Validated, out: PlanResult) -> None:
     ev = reevaluate(ok.request, docs, st.islands, st.streaming_di_lo_co, st.predictions)
     st.predictions = ev.predictions
     rec = ev.recommendation
-    settings = DiLoCoSettings.of(rec.choice.settings) if rec is not None else None
+    settings = DiLoCoSettings.of(rec.choice.settings) if rec is not None and rec.changes else None
     was = get_condition(st.conditions, Type.OUTER_STEP_BLOCKING)
     blocking(out, ok, ev.blocking_s, rec.text if rec else "", inputs.generation, settings)
     now = get_condition(st.conditions, Type.OUTER_STEP_BLOCKING)

@@ -148,6 +148,9 @@ class Recommendation:
 
     choice: SettingsChoice
     text: str
+    changes: bool = True
+    """The settings differ from those in use (False: none within the guard-rails block less at
+    this syncEvery; ``text`` says what would)."""
 
 
 @dataclass(frozen=True)
@@ -176,13 +179,32 @@ def reevaluate(
     rec = None
     if blocks(ev.blocking_s_per_outer_step) and ev.recommended is not None:
         r = ev.recommended
-        text = f"fragments {r.fragments}, fragmentSyncDelay {r.fragment_sync_delay} at syncEvery {r.sync_every}"
-        if not r.zero_blocking:
-            text += (
-                f" (still {r.blocking_s_per_outer_step:.3g} s blocking; "
-                f"syncEvery ≥ {r.sync_every_for_zero_blocking} would hide it)"
+        same = (r.sync_every, r.fragments, r.fragment_sync_delay) == (
+            s.sync_every,
+            s.fragments,
+            s.fragment_sync_delay,
+        )
+        if same:  # the guard-rails (spec.strategy) leave nothing better at this syncEvery
+            text = (
+                f"no other fragments or fragmentSyncDelay at syncEvery {r.sync_every} block less "
+                "within spec.strategy's guard-rails"
+                + (
+                    f"; syncEvery ≥ {r.sync_every_for_zero_blocking} would hide it (relaunch)"
+                    if r.sync_every_for_zero_blocking
+                    else ""
+                )
             )
-        rec = Recommendation(r, text)
+        else:
+            text = (
+                f"fragments {r.fragments}, fragmentSyncDelay {r.fragment_sync_delay} at syncEvery "
+                f"{r.sync_every}"
+            )
+            if not r.zero_blocking:
+                text += (
+                    f" (still {r.blocking_s_per_outer_step:.3g} s blocking; "
+                    f"syncEvery ≥ {r.sync_every_for_zero_blocking} would hide it)"
+                )
+        rec = Recommendation(r, text, changes=not same)
     bottleneck = (
         Bottleneck.OUTER_STEP
         if blocks(ev.blocking_s_per_outer_step)

@@ -30,7 +30,10 @@ PLAN = manifest("trainingplan.yaml")
 async def test_benchmark_adoption_reevaluates_launched_plan(tmp_path: Path) -> None:
     async with operator_cluster(tmp_path) as cluster:
         pool = variant(POOL_A, benchmark={"enabled": True, "nodes": 2, "configs": 20})
-        plan = variant(PLAN, pools=[{"name": "cluster-a"}], launch=True)
+        # room for a longer fragmentSyncDelay than Streaming DiLoCo's robust default bound
+        # (5 % of syncEvery), so that a re-evaluation can recommend other settings
+        strategy = {**PLAN["spec"]["strategy"], "maxFragmentSyncDelayFraction": 0.5}
+        plan = variant(PLAN, pools=[{"name": "cluster-a"}], launch=True, strategy=strategy)
         await apply(cluster, pool, plan)
         status = await status_of(
             cluster, "gpupools", None, "cluster-a", lambda s: s.get("benchmarkPhase") == "Running"

@@ -1,0 +1,90 @@
+"""What a layout costs beyond GPU-hours, many layouts at once: DiLoCo's quality price
+(`shardmeter.cost.quality`, tabulated over islands × syncEvery once per request) and the WAN
+egress of its outer all_reduce (`shardmeter.cost.egress`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from shardmeter.cost.egress import BYTES_PER_GB, egress_bytes_per_site, site_egress_usd_per_gb
+from shardmeter.cost.quality import equivalent_token_factor, loss_penalty
+from shardmeter.plan.schema import PlanSpec
+from shardmeter.sim.scenario import outer_payload_bytes
+from shardmeter.spec.pool import PoolSpec
+
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+BoolArray = npt.NDArray[np.bool_]
+
+
+class QualityTable:
+    """Penalty and equivalent-token factor for every island count 1…``max_islands`` and every
+    syncEvery the settings rule may pick (``sync_everies``); FSDP: none."""
+
+    def __init__(self, spec: PlanSpec, sync_everies: Sequence[int], max_islands: int) -> None:
+        self.diloco = spec.strategy.is_diloco
+        self.hs = np.array(sorted(set(sync_everies)), dtype=np.int64)
+        n, d = float(spec.model.total_params), float(spec.training.total_tokens)
+        shape = (max_islands + 1, len(self.hs))
+        self.penalty = np.zeros(shape)
+        self.factor = np.ones(shape)
+        if self.diloco:
+            for m in range(1, max_islands + 1):
+                for j, h in enumerate(self.hs):
+                    self.penalty[m, j] = loss_penalty(n, d, m, int(h))
+                    self.factor[m, j] = equivalent_token_factor(n, d, m, int(h))
+        # the least factor of any plan with at least m islands (a bound for the search)
+        self.least_from = np.minimum.accumulate(self.factor[::-1].min(axis=1))[::-1]
+        self.least = float(self.least_from[1]) if max_islands >= 1 else 1.0
+
+    def lookup(self, islands: IntArray, sync_every: IntArray) -> tuple[FloatArray, FloatArray]:
+        """(penalty, factor) per layout; FSDP and empty layouts get (0, 1)."""
+        if not self.diloco:
+            return np.zeros(len(islands)), np.ones(len(islands))
+        m = np.clip(islands, 0, self.penalty.shape[0] - 1)
+        j = np.clip(np.searchsorted(self.hs, sync_every), 0, len(self.hs) - 1)
+        known = (islands > 0) & (self.hs[j] == sync_every)
+        return (
+            np.where(known, self.penalty[m, j], 0.0),
+            np.where(known, self.factor[m, j], 1.0),
+        )
+
+    def least_factor(self, islands_at_least: IntArray) -> FloatArray:
+        """A lower bound on the factor of any layout with at least this many islands."""
+        return np.asarray(self.least_from[np.clip(islands_at_least, 0, len(self.least_from) - 1)])
+
+
+class EgressModel:
+    """Bytes and dollars a layout's outer all_reduce sends out of its sites over the run."""
+
+    def __init__(self, spec: PlanSpec, pools: Sequence[PoolSpec]) -> None:
+        self.diloco = spec.strategy.is_diloco
+        sites = sorted({p.site for p in pools})
+        self.site = np.array([sites.index(p.site) for p in pools], dtype=np.int64)
+        prices = site_egress_usd_per_gb(spec.pools)
+        self.site_price = np.array([prices[s] for s in sites])
+        self.n_sites = len(sites)
+        self.payload_bytes = outer_payload_bytes(
+            spec.model, spec.strategy, float(spec.model.total_params)
+        )
+
+    def evaluate(
+        self, used: BoolArray, islands: IntArray, sync_every: IntArray, inner_steps: float
+    ) -> tuple[FloatArray, FloatArray]:
+        """(GB, USD) per layout for ``inner_steps`` inner steps."""
+        n = len(islands)
+        if not self.diloco or self.n_sites < 2 or n == 0:
+            return np.zeros(n), np.zeros(n)
+        at = np.zeros((n, self.n_sites), dtype=bool)
+        for p, s in enumerate(self.site):
+            at[:, s] |= used[:, p]
+        count = at.sum(axis=1)
+        price = (at * self.site_price[None, :]).sum(axis=1)
+        ks, where = np.unique(islands, return_inverse=True)
+        per_step = np.array([egress_bytes_per_site(self.payload_bytes, int(k)) for k in ks])[where]
+        rounds = inner_steps / np.maximum(sync_every, 1)
+        per_site_gb = np.where(count >= 2, per_step * rounds / BYTES_PER_GB, 0.0)
+        return per_site_gb * count, per_site_gb * price
