@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -20,6 +20,7 @@ from shardmeter_operator.config import OperatorConfig
 from shardmeter_operator.handlers import build_registry
 from support.cluster import EmulatedCluster, embedded_operator, running_emulator
 from support.jobset import JobSetController
+from support.kueue import API_VERSION as KUEUE_API_VERSION
 from support.kueue import Kueue
 
 REPO = Path(__file__).resolve().parents[1]
@@ -44,14 +45,18 @@ async def operator_cluster(
     *,
     jobset: bool = False,
     kueue: bool = False,
+    jobset_feature_gates: Mapping[str, bool] | None = None,
     **config: Any,
 ) -> AsyncIterator[EmulatedCluster]:
     """The operator embedded against the emulated API server: every namespace, or (as
     ``--namespace`` does) only ``namespaces``; with ``jobset``/``kueue`` the simulated JobSet
-    and Kueue installed (CRDs, webhooks) and their controllers running."""
+    and Kueue installed (CRDs, webhooks) and their controllers running (JobSet with
+    ``jobset_feature_gates``, e.g. ``{"RestartJob": True}``; v0.12.0's defaults otherwise)."""
     async with (
         running_emulator(crds_dir=REPO / "crds", tmp_path=tmp_path) as cluster,
-        simulated_controllers(cluster, jobset=jobset, kueue=kueue),
+        simulated_controllers(
+            cluster, jobset=jobset, kueue=kueue, jobset_feature_gates=jobset_feature_gates
+        ),
     ):
         cfg = OperatorConfig(
             namespace=OPERATOR_NS,
@@ -85,13 +90,17 @@ def job_uids(cluster: EmulatedCluster) -> dict[str, str]:
 
 @contextlib.asynccontextmanager
 async def simulated_controllers(
-    cluster: EmulatedCluster, *, jobset: bool = False, kueue: bool = False
+    cluster: EmulatedCluster,
+    *,
+    jobset: bool = False,
+    kueue: bool = False,
+    jobset_feature_gates: Mapping[str, bool] | None = None,
 ) -> AsyncIterator[list[JobSetController | Kueue]]:
-    """Install the simulated JobSet and/or Kueue and run their controllers in the background
-    (every 50 ms) until exit; fails if a pass of theirs raised."""
+    """Install the simulated JobSet (with ``jobset_feature_gates``) and/or Kueue and run their
+    controllers in the background (every 50 ms) until exit; fails if a pass of theirs raised."""
     controllers: list[JobSetController | Kueue] = []
     if jobset:
-        controllers.append(JobSetController.install(cluster.emulator))
+        controllers.append(JobSetController.install(cluster.emulator, jobset_feature_gates))
     if kueue:
         controllers.append(Kueue.install(cluster.emulator))
     tasks = [asyncio.create_task(c.run()) for c in controllers]
@@ -148,7 +157,7 @@ def flavor(
     if taints:
         spec["nodeTaints"] = taints
     return {
-        "apiVersion": "kueue.x-k8s.io/v1beta1",
+        "apiVersion": KUEUE_API_VERSION,
         "kind": "ResourceFlavor",
         "metadata": {"name": name},
         "spec": spec,
@@ -157,7 +166,7 @@ def flavor(
 
 def cluster_queue(gpus: int) -> dict[str, Any]:
     return {
-        "apiVersion": "kueue.x-k8s.io/v1beta1",
+        "apiVersion": KUEUE_API_VERSION,
         "kind": "ClusterQueue",
         "metadata": {"name": "gpus"},
         "spec": {
@@ -178,7 +187,7 @@ def cluster_queue(gpus: int) -> dict[str, Any]:
 
 
 LOCAL_QUEUE = {
-    "apiVersion": "kueue.x-k8s.io/v1beta1",
+    "apiVersion": KUEUE_API_VERSION,
     "kind": "LocalQueue",
     "metadata": {"name": "team-a", "namespace": "default"},
     "spec": {"clusterQueue": "gpus"},

@@ -76,6 +76,17 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="Prometheus for plans with spec.observe.stepSecondsQuery (default: none)",
     )
     p.add_argument(
+        "--kueue-namespace",
+        help="where Kueue runs: the MultiKueueClusters' kubeconfig Secrets (default kueue-system)",
+    )
+    p.add_argument(
+        "--read-worker-kubeconfigs",
+        action="store_true",
+        default=None,
+        help="read the pods of islands in MultiKueue's worker clusters with the kubeconfig "
+        "Secrets of their MultiKueueClusters (needs get on Secrets in the Kueue namespace)",
+    )
+    p.add_argument(
         "--standalone", action="store_true", help="no peering with other operator instances"
     )
     p.add_argument(
@@ -119,6 +130,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         observe_window=args.observe_window,
         observed_min_samples=args.observed_min_samples,
         prometheus_url=args.prometheus_url,
+        kueue_namespace=args.kueue_namespace,
+        read_worker_kubeconfigs=args.read_worker_kubeconfigs,
     )
     if args.metrics_port:
         metrics.serve(args.metrics_port)

@@ -32,6 +32,11 @@ class OperatorConfig:
     """Observed islands a pool's correction needs before plans use it."""
     prometheus_url: str = ""
     """Prometheus for plans that name a step-seconds query (empty: the log only)."""
+    kueue_namespace: str = "kueue-system"
+    """Where Kueue runs: the MultiKueueClusters' kubeconfig Secrets live there."""
+    read_worker_kubeconfigs: bool = False
+    """Read the worker clusters' pods (islands of a launch through MultiKueue) with the
+    kubeconfig Secrets of their MultiKueueClusters (:mod:`~.k8s.clusters`)."""
 
     ENV: ClassVar[dict[str, str]] = {
         "namespace": "POD_NAMESPACE",
@@ -46,6 +51,8 @@ class OperatorConfig:
         "observe_window": "SHARDMETER_OBSERVE_WINDOW",
         "observed_min_samples": "SHARDMETER_OBSERVED_MIN_SAMPLES",
         "prometheus_url": "SHARDMETER_PROMETHEUS_URL",
+        "kueue_namespace": "SHARDMETER_KUEUE_NAMESPACE",
+        "read_worker_kubeconfigs": "SHARDMETER_READ_WORKER_KUBECONFIGS",
     }
 
     @classmethod
@@ -55,6 +62,9 @@ class OperatorConfig:
         for f in fields(cls):
             raw = os.environ.get(cls.ENV[f.name])
             if raw:
+                if str(f.type) == "bool":
+                    values[f.name] = raw.strip().lower() in ("1", "true", "yes", "on")
+                    continue
                 convert = {"float": float, "int": int}.get(str(f.type), str)
                 values[f.name] = convert(raw)
         values.update({k: v for k, v in overrides.items() if v is not None})

@@ -54,6 +54,7 @@ from shardmeter_operator.gpupool.correction import reset_requested
 from shardmeter_operator.gpupool.reconcile import reconcile_pool
 from shardmeter_operator.k8s.children import list_children
 from shardmeter_operator.k8s.client import Kube
+from shardmeter_operator.k8s.clusters import WorkerClusters
 from shardmeter_operator.k8s.retry import retry_delay
 from shardmeter_operator.render.jobset import jobset_name
 from shardmeter_operator.trainingplan.reconcile import PlanContext, reconcile_plan
@@ -111,6 +112,8 @@ class Controller:
         """kopf's context (Events are posted through it), for work that starts outside kopf's
         handlers: requeues and the ConfigMap watch. Refreshed by every handler call."""
         self._watcher: asyncio.Future[None] | None = None
+        self.workers = WorkerClusters(kube, cfg.kueue_namespace, cfg.read_worker_kubeconfigs)
+        """MultiKueue's worker clusters, for observing islands that run there."""
 
     # ---- what the watches tell us -----------------------------------------------------------
     def in_handler(self) -> None:
@@ -392,6 +395,7 @@ class Controller:
         """Stop: no new reconcile or requeue from now on; wait (bounded) for those running."""
         self.stop()
         self.kube.stop_watches()
+        self.workers.close()
         pending = [t for t in [self._watcher] if t is not None]
         deadline = time.monotonic() + timeout_s
         while self.running and time.monotonic() < deadline:
@@ -426,6 +430,7 @@ class Controller:
             dict(self.rejected),
             write,
             alive=lambda: uid not in self.deleted,
+            workers=self.workers,
         )
         result = await reconcile_plan(body, ctx)
         if result.search_s is not None:

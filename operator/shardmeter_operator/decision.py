@@ -19,7 +19,14 @@ from typing import Any
 from shardmeter.cost.coefficients import CoefficientsDocument
 from shardmeter.cost.observed import ObservedStepSample
 from shardmeter.plan.schema import PlanSpec
-from shardmeter_operator.api import Condition, GPUPoolSpec, TrainingPlanSpec, TrainingPlanStatus
+from shardmeter_operator.api import (
+    Condition,
+    GPUPoolSpec,
+    RestartScope,
+    SiteLaunch,
+    TrainingPlanSpec,
+    TrainingPlanStatus,
+)
 from shardmeter_operator.config import OperatorConfig
 
 Manifest = dict[str, Any]
@@ -43,6 +50,38 @@ class PoolView:
 
 
 @dataclass(frozen=True)
+class SiteQueue:
+    """What the manager cluster says about a site's LocalQueue (read before a launch)."""
+
+    name: str
+    local_queue: Manifest | None = None
+    cluster_queue: Manifest | None = None
+    checks: tuple[Manifest, ...] = ()
+    """The ClusterQueue's AdmissionChecks that exist."""
+    config: Manifest | None = None
+    """The MultiKueueConfig of its MultiKueue check."""
+    worker: WorkerFacts | None = None
+    """What the config's one worker cluster has (None: not read — no worker credentials)."""
+
+
+@dataclass(frozen=True)
+class WorkerFacts:
+    """What a site's worker cluster has of what MultiKueue needs there (read with the
+    worker's MultiKueue kubeconfig, ``--read-worker-kubeconfigs``)."""
+
+    cluster: str
+    namespace: bool | None = None
+    """The plan's namespace exists there (MultiKueue creates the copies in the same one).
+    None here and below: the worker's credentials may not read it (403)."""
+    local_queue: bool | None = None
+    """A LocalQueue of the site queue's name in that namespace."""
+    jobset: bool | None = None
+    """The JobSet CRD is served there."""
+    unreadable: str = ""
+    """Why it could not be read ("" when it was)."""
+
+
+@dataclass(frozen=True)
 class ClusterFacts:
     """What deciding (or rendering) a launch's workload reads from the cluster."""
 
@@ -54,6 +93,17 @@ class ClusterFacts:
     """``spec.queueName`` names a LocalQueue of the plan's namespace."""
     flavors: Mapping[str, Manifest | None] = field(default_factory=dict)
     """ResourceFlavor name → the object (None: it does not exist), for the pools' flavors."""
+    jobset_restart_job: bool = False
+    """The JobSet CRD has the failure-policy action ``RestartJob`` (JobSet v0.12+) and its
+    webhook accepts it (the alpha feature gate ``RestartJob`` is on: a server-side dry run)."""
+    jobset_restart_job_refused: str = ""
+    """Why a JobSet with ``RestartJob`` cannot be created ("" when it can, or when JobSet is
+    not served): the CRD lacks the action, or the webhook's answer to the dry run."""
+    site_queues: Mapping[str, SiteQueue] = field(default_factory=dict)
+    """A site queue's name (pools' ``spec.kueue.queueName``) → its MultiKueue setup."""
+    lighthouse_ingress: str = ""
+    """The load-balancer ingress (IP or hostname) of the plan's lighthouse Service, once it
+    has one."""
 
 
 @dataclass(frozen=True)
@@ -112,6 +162,13 @@ class PlanResult:
     posts no second Event)."""
     samples: dict[str, list[ObservedStepSample]] = field(default_factory=dict)
     """Pool → observed step samples for its correction (the pool's reconcile merges them)."""
+    decided_sites: list[SiteLaunch] = field(default_factory=list)
+    """A launch decided through MultiKueue: its sites (recorded in ``status.launch``)."""
+    decided_restart: RestartScope = RestartScope.ALL_ISLANDS
+    """What the launch decided a failed island's JobSet recreates."""
+    withheld: str = ""
+    """Why some of the recorded launch's children are not created yet (``create`` holds the
+    others): the launch stays incomplete and is looked at again."""
 
     def requeue_within(self, seconds: float) -> None:
         """Come back in at most ``seconds``."""

@@ -60,6 +60,24 @@ plan_mfu_ratio = Gauge(
     PLAN_LABELS,
     registry=REGISTRY,
 )
+plan_co2_kg = Gauge(
+    "shardmeter_plan_predicted_co2_kilograms",
+    "Predicted CO2 of the whole run at the pools' grid carbon intensity.",
+    PLAN_LABELS,
+    registry=REGISTRY,
+)
+plan_energy_kwh = Gauge(
+    "shardmeter_plan_predicted_energy_kilowatt_hours",
+    "Predicted facility energy of the whole run (PUE included).",
+    PLAN_LABELS,
+    registry=REGISTRY,
+)
+plan_loss_penalty_ratio = Gauge(
+    "shardmeter_plan_predicted_loss_penalty_ratio",
+    "DiLoCo plans: predicted relative eval-loss penalty against data-parallel on the same tokens.",
+    PLAN_LABELS,
+    registry=REGISTRY,
+)
 PREDICTION_GAUGES = (
     plan_step_seconds,
     plan_tokens_per_second,
@@ -67,6 +85,9 @@ PREDICTION_GAUGES = (
     plan_duration_seconds,
     plan_blocking_seconds,
     plan_mfu_ratio,
+    plan_co2_kg,
+    plan_energy_kwh,
+    plan_loss_penalty_ratio,
 )
 plan_infeasible = Gauge(
     "shardmeter_plan_infeasible",
@@ -288,6 +309,16 @@ def set_predictions(namespace: str, name: str, p: Predictions) -> None:
         blocking=p.outer_step_blocking_seconds,
         mfu=p.mfu,
     )
+    labels = (namespace, name)
+    for gauge, value in (
+        (plan_co2_kg, p.co2_kg),
+        (plan_energy_kwh, p.energy_kwh),
+        (plan_loss_penalty_ratio, p.quality.loss_penalty_vs_dp if p.quality else None),
+    ):
+        if value is None:
+            _drop(gauge, labels)
+        else:
+            gauge.labels(*labels).set(value)
 
 
 def set_islands(namespace: str, name: str, states: Sequence[str]) -> None:

@@ -87,7 +87,11 @@ EXPECTED = {
 }
 NAMESPACED = {"operator": {"watchNamespaces": ["team-a", "team-b"]}}
 NAMESPACED_DEFAULT = {"operator": {"watchNamespaces": ["default"]}}
-ALL_ON = {"metrics": {"serviceMonitor": {"enabled": True}}, "prometheusRule": {"enabled": True}}
+ALL_ON = {
+    "metrics": {"serviceMonitor": {"enabled": True}},
+    "prometheusRule": {"enabled": True},
+    "operator": {"multiCluster": {"readWorkerKubeconfigs": True}},
+}
 
 
 # ---- lint, objects, toggles ------------------------------------------------------------------
@@ -117,8 +121,18 @@ def test_default_render_holds_the_expected_objects() -> None:
         ),
         ({"prometheusRule": {"enabled": True}}, {("PrometheusRule", FULLNAME)}, set()),
         (
+            {"operator": {"multiCluster": {"readWorkerKubeconfigs": True}}},
+            {("Role", f"{FULLNAME}-multicluster"), ("RoleBinding", f"{FULLNAME}-multicluster")},
+            set(),
+        ),
+        (
             ALL_ON,
-            {("ServiceMonitor", FULLNAME), ("PrometheusRule", FULLNAME)},
+            {
+                ("ServiceMonitor", FULLNAME),
+                ("PrometheusRule", FULLNAME),
+                ("Role", f"{FULLNAME}-multicluster"),
+                ("RoleBinding", f"{FULLNAME}-multicluster"),
+            },
             set(),
         ),
         (
@@ -151,7 +165,8 @@ def test_default_render_holds_the_expected_objects() -> None:
     ids=[
         "servicemonitor",
         "prometheusrule",
-        "both",
+        "worker-kubeconfigs",
+        "everything",
         "no-crds",
         "no-rbac",
         "no-sa",
@@ -509,7 +524,16 @@ def test_cluster_role_and_roles_are_exactly_the_declared_permissions() -> None:
         "workload",
         "operator-namespace",
         "namespaced-mode",
+        "multicluster",
     }
+    # reading worker clusters' kubeconfigs: a Role in Kueue's namespace, only when asked
+    assert not [d for d in DEFAULT if d["metadata"]["name"] == f"{FULLNAME}-multicluster"]
+    multi = [d for d in render(ALL_ON) if d["metadata"]["name"] == f"{FULLNAME}-multicluster"]
+    (role,) = [d for d in multi if d["kind"] == "Role"]
+    assert role["metadata"]["namespace"] == "kueue-system"
+    _same(rules_of(role), declared("multicluster"))
+    (binding,) = [d for d in multi if d["kind"] == "RoleBinding"]
+    assert binding["roleRef"]["name"] == f"{FULLNAME}-multicluster"
     # every namespace: the workload rules are cluster-wide
     _same(rules_of(one(DEFAULT, "ClusterRole")), declared("cluster", "workload"))
     _same(rules_of(one(DEFAULT, "Role")), declared("operator-namespace"))

@@ -1,6 +1,6 @@
 """The CPU stand-in for ``python -m torchtitan.train`` inside a rendered island pod.
 
-torchtitan 0.3.0's trainer cannot train on a CPU-only torch (see the README, "A launch that
+torchtitan 0.3.0's trainer cannot train on a CPU-only torch (see docs/launch-local.md, "A launch that
 trains"): ``torchtitan/tools/utils.py`` falls back to device type ``cuda`` when no accelerator
 is present and ``FaultTolerantTrainer.__init__`` then calls ``torch.cuda.set_device``; and its
 Llama 3 attention is FlexAttention (``sdpa`` is refused by

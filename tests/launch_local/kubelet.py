@@ -194,12 +194,19 @@ def expand_jobsets(manifests: Sequence[Manifest]) -> list[Manifest]:
     return out
 
 
-def local_pods(manifests: Sequence[Manifest], namespace: str) -> tuple[list[LocalPod], Loopback]:
-    """Every pod of the Jobs, Deployments and JobSets in ``manifests``, ready to start."""
+def local_pods(
+    manifests: Sequence[Manifest], namespace: str, net: Loopback | None = None
+) -> tuple[list[LocalPod], Loopback]:
+    """Every pod of the Jobs, Deployments and JobSets in ``manifests``, ready to start
+    (``net``: the loopback of an earlier call, for pods of recreated Jobs that must reach
+    the same Services and peers)."""
     objects = expand_jobsets(manifests)
-    net = Loopback(namespace, [m for m in objects if m["kind"] == "Service"])
+    if net is None:
+        net = Loopback(namespace, [m for m in objects if m["kind"] == "Service"])
     for m in objects:
-        if m["kind"] == "Job" and JOBSET_NAME_KEY in m["metadata"].get("labels", {}):
+        labels = m["metadata"].get("labels", {})
+        known = m["metadata"]["name"] in net.job_ports
+        if m["kind"] == "Job" and JOBSET_NAME_KEY in labels and not known:
             net.add_job(m)
     pods = []
     for m in objects:

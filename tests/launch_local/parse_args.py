@@ -40,6 +40,7 @@ def summary(config: Any) -> dict[str, Any]:
                 "sync_steps",
                 "num_fragments",
                 "fragment_sync_delay",
+                "should_quantize",
             )
         },
         "training": {

@@ -1,28 +1,36 @@
-"""A simulated JobSet (jobset.x-k8s.io/v1alpha2, as of JobSet v0.7–v0.13) for the emulated API
-server: its CRD (``crds/jobset.x-k8s.io.yaml``), its admission webhook and its controller —
-the behaviour ShardMeter's launches rely on, reproduced from JobSet's sources
-(``pkg/webhooks/jobset_webhook.go``, ``pkg/controllers/{jobset_controller,failure_policy,
-success_policy}.go``):
+"""A simulated JobSet (jobset.x-k8s.io/v1alpha2, as of JobSet v0.12.0; what ShardMeter uses is
+the same since v0.7) for the emulated API server: its CRD (``crds/jobset.x-k8s.io.yaml``), its
+admission webhook and its controller — the behaviour ShardMeter's launches rely on, reproduced
+from JobSet's sources (``pkg/webhooks/jobset_webhook.go``, ``pkg/controllers/{jobset_controller,
+failure_policy,success_policy}.go``, ``pkg/features``):
 
+* **Feature gates.** ``JobSetController.install(emu, feature_gates={"RestartJob": True})``;
+  v0.12.0's defaults otherwise (``RestartJob`` is alpha and off: the ``RestartJob`` actions are
+  refused and the individual restart counters are not kept).
 * **Webhook.** Defaults on create: ``successPolicy`` All, ``startupPolicy`` AnyOrder, each Job
   template Indexed with pod ``restartPolicy`` OnFailure, ``network.enableDNSHostnames`` and
   ``publishNotReadyAddresses`` true, failure-policy rule names. Refuses (422): a child Job name
   ``<jobset>-<replicatedJob>-<last index>`` or pod name ``…-<last completion index>-abcde``
   that is not a DNS-1035 label, bad group names or subdomains, unknown replicated Jobs in the
-  policies, invalid rule names or failure reasons, and a Job template that fails Kubernetes'
-  own JobTemplateSpec schema (strict). On update the replicated Jobs are immutable, except the
-  pod templates' labels, annotations, node selector, tolerations and scheduling gates while
-  the JobSet is (or becomes) suspended — what Kueue changes.
-* **Controller** (:meth:`JobSetController.reconcile`, one pass over every JobSet): the headless
-  Service ``<subdomain>`` (selector ``jobset-name``); the child Jobs of the current restart
-  attempt, named ``<jobset>-<replicatedJob>-<jobIndex>``, labelled and annotated with JobSet's
-  keys (``job-index``, ``job-global-index``, ``restart-attempt``, …), the pod template's
+  policies, invalid rule names or failure reasons, ``RestartJob`` actions without the gate (or
+  with more than 1024 replicas), a ``spec.managedBy`` that is not a domain-prefixed path of at
+  most 63 characters, and a Job template that fails Kubernetes' own JobTemplateSpec schema
+  (strict). On update ``managedBy`` and the replicated Jobs are immutable, except the pod
+  templates' labels, annotations, node selector, tolerations and scheduling gates while the
+  JobSet is (or becomes) suspended — what Kueue changes.
+* **Controller** (:meth:`JobSetController.reconcile`, one pass over every JobSet): a JobSet whose
+  ``spec.managedBy`` names another controller (MultiKueue's ``kueue.x-k8s.io/multikueue``) is
+  left alone. Otherwise: the headless Service ``<subdomain>`` (selector ``jobset-name``); the
+  child Jobs of the current restart attempt, named ``<jobset>-<replicatedJob>-<jobIndex>``,
+  labelled and annotated with JobSet's keys (``job-index``, ``job-global-index``,
+  ``restart-attempt``, with the gate ``job-restart-attempt``, …), the pod template's
   ``subdomain`` set, suspended with the JobSet and resumed with its (Kueue-updated) pod
-  template; previous attempts' Jobs deleted; a failed Job applies the failure policy (no
-  policy: Failed ``FailedJobs``; rules matched by reason, message pattern and replicated Job;
-  default action RestartJobSet until ``maxRestarts``, then Failed ``ReachedMaxRestarts``);
-  the success policy (All / Any over the target replicated Jobs) completes it;
-  ``replicatedJobsStatus`` counts ready, succeeded, failed, active and suspended Jobs.
+  template; Jobs of a previous attempt — ``restart-attempt`` below ``status.restarts``, or
+  ``job-restart-attempt`` below their ``jobRestarts[jobIndex]`` — deleted (and so recreated);
+  a failed Job applies the failure policy (:mod:`support.jobset_failure`); the success policy
+  (All / Any over the target replicated Jobs) completes it; ``replicatedJobsStatus`` counts
+  ready, succeeded, failed, active and suspended Jobs and keeps the individual restart
+  counters.
 
 Pods are not created (the emulator has none): the tests drive the child Jobs with the
 emulator's simulated Job controller (``set_job_running/succeeded/failed``).
@@ -33,14 +41,60 @@ from __future__ import annotations
 import asyncio
 import copy
 import hashlib
-import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import kmock
 
-from support.kube_emulator import JOBS, Body, KubeEmulator, api_error, builtins, now_iso
+from support import jobset_failure
+from support.jobset_webhook import (
+    KUEUE_MUTABLE,
+    RULE_NAME,
+    VALID_FAILURE_REASONS,
+    default,
+    domain_prefixed_path_errors,
+    job_name,
+    validate_create,
+    validate_update,
+)
+from support.kube_emulator import JOBS, Body, KubeEmulator, api_error, now_iso
+
+__all__ = [  # the public names, with those of jobset_webhook
+    "CRD_FILE",
+    "FEATURE_GATES",
+    "GLOBAL_REPLICAS_KEY",
+    "GROUP",
+    "GROUP_NAME_KEY",
+    "GROUP_REPLICAS_KEY",
+    "JOBSETS",
+    "JOBSET_CONTROLLER_NAME",
+    "JOBSET_NAME_KEY",
+    "JOBSET_UID_KEY",
+    "JOB_GLOBAL_INDEX_KEY",
+    "JOB_GROUP_INDEX_KEY",
+    "JOB_INDEX_KEY",
+    "JOB_KEY",
+    "JOB_RESTART_ATTEMPT_KEY",
+    "KUEUE_MUTABLE",
+    "REPLICATED_JOB_NAME_KEY",
+    "REPLICATED_JOB_REPLICAS_KEY",
+    "RESTART_ATTEMPT_KEY",
+    "RULE_NAME",
+    "SERVICES",
+    "VALID_FAILURE_REASONS",
+    "VERSION",
+    "JobSetController",
+    "construct_jobs",
+    "default",
+    "domain_prefixed_path_errors",
+    "headless_service",
+    "job_name",
+    "managed_by_external",
+    "subdomain",
+    "validate_create",
+    "validate_update",
+]
 
 CRD_FILE = Path(__file__).resolve().parent / "crds" / "jobset.x-k8s.io.yaml"
 GROUP, VERSION = "jobset.x-k8s.io", "v1alpha2"
@@ -59,126 +113,22 @@ RESTART_ATTEMPT_KEY = "jobset.sigs.k8s.io/restart-attempt"
 GROUP_NAME_KEY = "jobset.sigs.k8s.io/group-name"
 GROUP_REPLICAS_KEY = "jobset.sigs.k8s.io/group-replicas"
 JOB_GROUP_INDEX_KEY = "jobset.sigs.k8s.io/job-group-index"
-VALID_FAILURE_REASONS = (
-    "BackoffLimitExceeded",
-    "DeadlineExceeded",
-    "FailedIndexes",
-    "MaxFailedIndexesExceeded",
-    "PodFailurePolicy",
-)
-RULE_NAME = re.compile(r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")
-KUEUE_MUTABLE = ("nodeSelector", "tolerations", "schedulingGates")
-"""Pod-spec fields of a suspended JobSet's templates that may change (besides the template's
-labels and annotations): what Kueue sets at admission."""
+JOB_RESTART_ATTEMPT_KEY = "jobset.sigs.k8s.io/job-restart-attempt"
+"""On a child Job (with the ``RestartJob`` gate): its ``jobRestarts[jobIndex]`` when made."""
+JOBSET_CONTROLLER_NAME = "jobset.sigs.k8s.io/jobset-controller"
+"""The ``spec.managedBy`` value (like none) that the JobSet controller reconciles."""
+FEATURE_GATES = {"RestartJob": False}
+"""JobSet v0.12.0's feature gates that the simulation knows, with their defaults."""
 
 
 def _is_jobsets(resource: kmock.resource) -> bool:
     return resource.group == GROUP and resource.plural == "jobsets"
 
 
-# ---- webhook ----------------------------------------------------------------------------------
-def default(js: Body) -> None:
-    """JobSet's mutating webhook (create)."""
-    spec = js.setdefault("spec", {})
-    spec.setdefault("successPolicy", {"operator": "All"})
-    spec.setdefault("startupPolicy", {"startupPolicyOrder": "AnyOrder"})
-    for rjob in spec.get("replicatedJobs") or []:
-        job_spec = rjob.setdefault("template", {}).setdefault("spec", {})
-        job_spec.setdefault("completionMode", "Indexed")
-        pod = job_spec.setdefault("template", {}).setdefault("spec", {})
-        if not pod.get("restartPolicy"):
-            pod["restartPolicy"] = "OnFailure"
-    network = spec.setdefault("network", {})
-    network.setdefault("enableDNSHostnames", True)
-    network.setdefault("publishNotReadyAddresses", True)
-    for i, rule in enumerate((spec.get("failurePolicy") or {}).get("rules") or []):
-        if not rule.get("name"):
-            rule["name"] = f"failurePolicyRule{i}"
-
-
-def job_name(js_name: str, rjob: str, index: int) -> str:
-    return f"{js_name}-{rjob}-{index}"
-
-
-def validate_create(js: Body) -> list[str]:
-    """JobSet's validating webhook (create)."""
-    spec = js.get("spec") or {}
-    name = js["metadata"]["name"]
-    errors: list[str] = []
-    subdomain = (spec.get("network") or {}).get("subdomain")
-    if subdomain:
-        errors += [f"spec.network.subdomain: {e}" for e in builtins.dns1035_label(subdomain)]
-    names = set()
-    for i, rjob in enumerate(spec.get("replicatedJobs") or []):
-        where = f"spec.replicatedJobs[{i}]"
-        names.add(rjob["name"])
-        errors += [
-            f"{where}.groupName: {e}"
-            for e in builtins.dns1035_label(rjob.get("groupName", "default"))
-        ]
-        replicas = int(rjob.get("replicas", 1))
-        longest = job_name(name, rjob["name"], replicas - 1)
-        errors += [
-            f"{where}.name: Invalid value: {longest!r}: JobSet name is too long, job names "
-            f"generated for this JobSet will exceed 63 characters ({e})"
-            for e in builtins.dns1035_label(longest)
-        ]
-        job_spec = (rjob.get("template") or {}).get("spec") or {}
-        if job_spec.get("completionMode") == "Indexed" and job_spec.get("completions"):
-            pod = f"{longest}-{int(job_spec['completions']) - 1}-abcde"
-            errors += [
-                f"{where}.name: Invalid value: {pod!r}: JobSet name is too long, pod names "
-                f"generated for this JobSet will exceed 63 characters ({e})"
-                for e in builtins.dns1035_label(pod)
-            ]
-        errors += builtins.definition_errors(
-            rjob.get("template") or {}, "io.k8s.api.batch.v1.JobTemplateSpec", f"{where}.template"
-        )
-        for dep in rjob.get("dependsOn") or []:
-            if dep["name"] not in names - {rjob["name"]}:
-                errors.append(f"replicatedJob: {rjob['name']} cannot depend on {dep['name']}")
-    for target in (spec.get("successPolicy") or {}).get("targetReplicatedJobs") or []:
-        if target not in names:
-            errors.append(f"invalid replicatedJob name '{target}' in successPolicy")
-    for i, rule in enumerate((spec.get("failurePolicy") or {}).get("rules") or []):
-        where = f"spec.failurePolicy.rules[{i}]"
-        if not (1 <= len(rule.get("name", "")) <= 128) or not RULE_NAME.match(rule.get("name", "")):
-            errors.append(f"{where}.name: invalid failure policy rule name {rule.get('name')!r}")
-        for reason in rule.get("onJobFailureReasons") or []:
-            if reason not in VALID_FAILURE_REASONS:
-                errors.append(f"{where}.onJobFailureReasons: invalid job failure reason {reason!r}")
-        for target in rule.get("targetReplicatedJobs") or []:
-            if target not in names:
-                errors.append(f"{where}.targetReplicatedJobs: unknown replicatedJob {target!r}")
-    return errors
-
-
-def validate_update(old: Body, new: Body) -> list[str]:
-    """JobSet's validating webhook (update): replicated Jobs are immutable, except what Kueue
-    changes in the pod templates while the JobSet is suspended."""
-    suspended = bool(old["spec"].get("suspend")) or bool(new["spec"].get("suspend"))
-    munged = copy.deepcopy(new["spec"].get("replicatedJobs") or [])
-    before = {r["name"]: r for r in old["spec"].get("replicatedJobs") or []}
-    if suspended:
-        for rjob in munged:
-            was = before.get(rjob["name"])
-            if was is None:
-                continue
-            pod_t, old_t = rjob["template"]["spec"]["template"], was["template"]["spec"]["template"]
-            for key in ("labels", "annotations"):
-                _copy_key(pod_t.setdefault("metadata", {}), old_t.get("metadata") or {}, key)
-            for key in KUEUE_MUTABLE:
-                _copy_key(pod_t.setdefault("spec", {}), old_t.get("spec") or {}, key)
-    if munged != (old["spec"].get("replicatedJobs") or []):
-        return ["spec.replicatedJobs: Invalid value: field is immutable"]
-    return []
-
-
-def _copy_key(dst: dict[str, Any], src: Mapping[str, Any], key: str) -> None:
-    if key in src:
-        dst[key] = copy.deepcopy(src[key])
-    else:
-        dst.pop(key, None)
+def managed_by_external(js: Mapping[str, Any]) -> str | None:
+    """``managedByExternalController``: the other controller that manages the JobSet."""
+    manager = (js.get("spec") or {}).get("managedBy")
+    return manager if manager and manager != JOBSET_CONTROLLER_NAME else None
 
 
 # ---- what the controller creates --------------------------------------------------------------
@@ -216,7 +166,9 @@ def headless_service(js: Body) -> Body:
     }
 
 
-def _jobset_keys(js: Body, rjob: Mapping[str, Any], index: int) -> dict[str, str]:
+def _jobset_keys(
+    js: Body, rjob: Mapping[str, Any], index: int, restart_job_gate: bool
+) -> dict[str, str]:
     rjobs = js["spec"]["replicatedJobs"]
     total = sum(int(r.get("replicas", 1)) for r in rjobs)
     before = 0
@@ -233,11 +185,17 @@ def _jobset_keys(js: Body, rjob: Mapping[str, Any], index: int) -> dict[str, str
         group_before += int(r.get("replicas", 1))
     name = job_name(js["metadata"]["name"], rjob["name"], index)
     key = hashlib.sha1(f"{js['metadata']['namespace']}/{name}".encode()).hexdigest()
+    status = js.get("status") or {}
+    individual = {}
+    if restart_job_gate:
+        restarts = jobset_failure.job_restarts(js, status, rjob["name"], "jobRestarts")
+        individual = {JOB_RESTART_ATTEMPT_KEY: str(restarts[index])}
     return {
         JOBSET_NAME_KEY: js["metadata"]["name"],
         JOBSET_UID_KEY: js["metadata"]["uid"],
         REPLICATED_JOB_NAME_KEY: rjob["name"],
-        RESTART_ATTEMPT_KEY: str(int((js.get("status") or {}).get("restarts") or 0)),
+        RESTART_ATTEMPT_KEY: str(int(status.get("restarts") or 0)),
+        **individual,
         REPLICATED_JOB_REPLICAS_KEY: str(int(rjob.get("replicas", 1))),
         GLOBAL_REPLICAS_KEY: str(total),
         JOB_INDEX_KEY: str(index),
@@ -249,16 +207,17 @@ def _jobset_keys(js: Body, rjob: Mapping[str, Any], index: int) -> dict[str, str
     }
 
 
-def construct_jobs(js: Body) -> list[Body]:
+def construct_jobs(js: Body, *, restart_job_gate: bool = False) -> list[Body]:
     """The child Jobs of the JobSet's current restart attempt, as JobSet's ``constructJob``
     makes them: the replicated Job's template, JobSet's keys as labels and annotations on the
-    Job and its pod template, the pod ``subdomain``, ``suspend`` as the JobSet's."""
+    Job and its pod template (``job-restart-attempt`` too with the ``RestartJob`` gate), the
+    pod ``subdomain``, ``suspend`` as the JobSet's."""
     out = []
     dns = bool((js["spec"].get("network") or {}).get("enableDNSHostnames"))
     for rjob in js["spec"]["replicatedJobs"]:
         for index in range(int(rjob.get("replicas", 1))):
             template = copy.deepcopy(rjob["template"])
-            keys = _jobset_keys(js, rjob, index)
+            keys = _jobset_keys(js, rjob, index, restart_job_gate)
             meta = template.get("metadata") or {}
             spec = template["spec"]
             pod_meta = spec["template"].setdefault("metadata", {})
@@ -317,15 +276,28 @@ def _set_condition(status: Body, type_: str, value: bool, reason: str, message: 
 class JobSetController:
     """The simulated JobSet controller and webhook of one emulator (see the module docstring)."""
 
-    def __init__(self, emulator: KubeEmulator) -> None:
+    def __init__(
+        self, emulator: KubeEmulator, feature_gates: Mapping[str, bool] | None = None
+    ) -> None:
+        unknown = set(feature_gates or {}) - set(FEATURE_GATES)
+        if unknown:
+            raise ValueError(f"unknown JobSet feature gates {sorted(unknown)}: {FEATURE_GATES}")
         self.emu = emulator
+        self.feature_gates = {**FEATURE_GATES, **(feature_gates or {})}
         self.errors: list[Exception] = []
 
+    @property
+    def restart_job_gate(self) -> bool:
+        return self.feature_gates["RestartJob"]
+
     @classmethod
-    def install(cls, emulator: KubeEmulator) -> JobSetController:
-        """Load the CRD and register the webhook (as installing JobSet would)."""
+    def install(
+        cls, emulator: KubeEmulator, feature_gates: Mapping[str, bool] | None = None
+    ) -> JobSetController:
+        """Load the CRD and register the webhook (as installing JobSet would), with JobSet's
+        feature gates (``{"RestartJob": True}``; v0.12.0's defaults for the others)."""
         emulator.load_crds(CRD_FILE)
-        ctl = cls(emulator)
+        ctl = cls(emulator, feature_gates)
         emulator.mutating_webhooks.append(ctl._mutate)
         emulator.validating_webhooks.append(ctl._validate)
         return ctl
@@ -337,7 +309,10 @@ class JobSetController:
     def _validate(self, op: str, resource: kmock.resource, obj: Body, old: Body | None) -> None:
         if not _is_jobsets(resource):
             return
-        errors = validate_create(obj) if op == "CREATE" else validate_update(old or {}, obj)
+        if op == "CREATE":
+            errors = validate_create(obj, restart_job_gate=self.restart_job_gate)
+        else:
+            errors = validate_update(old or {}, obj)
         if errors:
             name = obj["metadata"].get("name")
             raise api_error(
@@ -354,7 +329,7 @@ class JobSetController:
                 return
             raise
         for js in jobsets:
-            if not js["metadata"].get("deletionTimestamp"):
+            if not js["metadata"].get("deletionTimestamp") and not managed_by_external(js):
                 self._reconcile(js)
 
     async def run(self, interval_s: float = 0.05) -> None:
@@ -367,13 +342,26 @@ class JobSetController:
                 self.errors.append(exc)
             await asyncio.sleep(interval_s)
 
+    def _previous_attempt(self, js: Body, job: Body) -> bool:
+        """A Job of an earlier global restart, or (with the gate) of an earlier individual
+        restart of its index."""
+        labels = job["metadata"].get("labels") or {}
+        status = js.get("status") or {}
+        if int(labels.get(RESTART_ATTEMPT_KEY, "0")) < int(status.get("restarts") or 0):
+            return True
+        if not self.restart_job_gate or JOB_RESTART_ATTEMPT_KEY not in labels:
+            return False  # JobSet keeps a Job without the label (made before the gate)
+        target = jobset_failure.job_restarts(
+            js, status, labels[REPLICATED_JOB_NAME_KEY], "jobRestarts"
+        )
+        return int(labels[JOB_RESTART_ATTEMPT_KEY]) < target[int(labels[JOB_INDEX_KEY])]
+
     def _reconcile(self, js: Body) -> None:
         ns, uid = js["metadata"]["namespace"], js["metadata"]["uid"]
         status = copy.deepcopy(js.get("status") or {})
         status.setdefault("restarts", 0)
         if _cond(js, "Completed") or _cond(js, "Failed"):
             return
-        restarts = int(status["restarts"])
         owned = [
             j
             for j in self.emu.select(JOBS, ns)
@@ -384,8 +372,7 @@ class JobSetController:
         ]
         current = []
         for job in owned:  # a restart deletes the previous attempt's Jobs first
-            attempt = int(job["metadata"].get("labels", {}).get(RESTART_ATTEMPT_KEY, "0"))
-            if attempt < restarts:
+            if self._previous_attempt(js, job):
                 self.emu.delete(JOBS, ns, job["metadata"]["name"])
             else:
                 current.append(job)
@@ -396,7 +383,7 @@ class JobSetController:
         ):
             self.emu.create(SERVICES, ns, headless_service(js))
         have = {j["metadata"]["name"] for j in current}
-        for job in construct_jobs(js):
+        for job in construct_jobs(js, restart_job_gate=self.restart_job_gate):
             if job["metadata"]["name"] not in have:
                 current.append(self.emu.create(JOBS, ns, job))
         suspended = bool(js["spec"].get("suspend"))
@@ -413,15 +400,15 @@ class JobSetController:
             _set_condition(status, "Suspended", True, "SuspendedJobs", "jobset is suspended")
         elif any(c["type"] == "Suspended" for c in status.get("conditions") or []):
             _set_condition(status, "Suspended", False, "ResumeJobs", "jobset is resumed")
+        status["replicatedJobsStatus"] = self._counts(js, current)
         failed = [j for j in current if _cond(j, "Failed")]
         if failed:
-            self._fail(js, status, failed)
+            jobset_failure.execute(js, status, failed, restart_job_gate=self.restart_job_gate)
         elif self._succeeded(js, current):
             _set_condition(
                 status, "Completed", True, "AllJobsCompleted", "jobset completed successfully"
             )
             status["terminalState"] = "Completed"
-        status["replicatedJobsStatus"] = self._counts(js, current)
         if status != (js.get("status") or {}):
             self.emu.patch(
                 JOBSETS, ns, js["metadata"]["name"], {"status": status}, subresource="status"
@@ -454,63 +441,6 @@ class JobSetController:
         body["spec"]["suspend"] = False
         self.emu.replace(JOBS, job["metadata"]["namespace"], job["metadata"]["name"], body)
 
-    def _fail(self, js: Body, status: Body, failed: list[Body]) -> None:
-        """JobSet's failure policy for the first failed Job (by failure time)."""
-        policy = js["spec"].get("failurePolicy")
-        first = min(failed, key=lambda j: str((_cond(j, "Failed") or {}).get("lastTransitionTime")))
-        name = first["metadata"]["name"]
-        if policy is None:
-            self._failed(
-                status,
-                "FailedJobs",
-                f"jobset failed due to one or more job failures (first failed job: {name})",
-            )
-            return
-        action = "RestartJobSet"
-        for rule in policy.get("rules") or []:
-            match = self._matching(rule, failed)
-            if match is not None:
-                action, name = rule["action"], match["metadata"]["name"]
-                break
-        if action == "FailJobSet":
-            self._failed(
-                status,
-                "FailJobSetFailurePolicyAction",
-                f"applying FailJobSet failure policy action (first failed job: {name})",
-            )
-        elif action == "RestartJobSetAndIgnoreMaxRestarts":
-            status["restarts"] += 1
-        elif int(status.get("restartsCountTowardsMax") or 0) < int(policy.get("maxRestarts") or 0):
-            status["restarts"] += 1
-            status["restartsCountTowardsMax"] = int(status.get("restartsCountTowardsMax") or 0) + 1
-        else:
-            self._failed(
-                status,
-                "ReachedMaxRestarts",
-                f"jobset failed due to reaching max number of restarts (first failed job: {name})",
-            )
-
-    @staticmethod
-    def _matching(rule: Mapping[str, Any], failed: list[Body]) -> Body | None:
-        for job in failed:
-            c = _cond(job, "Failed") or {}
-            reasons = rule.get("onJobFailureReasons") or []
-            patterns = rule.get("onJobFailureMessagePatterns") or []
-            targets = rule.get("targetReplicatedJobs") or []
-            if reasons and c.get("reason") not in reasons:
-                continue
-            if patterns and not any(re.search(p, str(c.get("message") or "")) for p in patterns):
-                continue
-            if targets and job["metadata"]["labels"].get(REPLICATED_JOB_NAME_KEY) not in targets:
-                continue
-            return job
-        return None
-
-    @staticmethod
-    def _failed(status: Body, reason: str, message: str) -> None:
-        _set_condition(status, "Failed", True, reason, message)
-        status["terminalState"] = "Failed"
-
     @staticmethod
     def _succeeded(js: Body, jobs: list[Body]) -> bool:
         policy = js["spec"].get("successPolicy") or {"operator": "All"}
@@ -527,8 +457,12 @@ class JobSetController:
         ]
         return len(done) >= wanted if policy["operator"] == "All" else bool(done)
 
-    @staticmethod
-    def _counts(js: Body, jobs: list[Body]) -> list[Body]:
+    def _counts(self, js: Body, jobs: list[Body]) -> list[Body]:
+        """``calculateReplicatedJobStatuses``; with the gate the individual restart counters
+        are kept (the failure policy then bumps them)."""
+        previous = {
+            r["name"]: r for r in (js.get("status") or {}).get("replicatedJobsStatus") or []
+        }
         out = []
         for rjob in js["spec"]["replicatedJobs"]:
             mine = [
@@ -556,5 +490,9 @@ class JobSetController:
                         counts["active"] += 1
                     if int(st.get("ready") or 0) + int(st.get("succeeded") or 0) >= want:
                         counts["ready"] += 1
+            if self.restart_job_gate:
+                for key in ("jobRestarts", "jobRestartsCountTowardsMax"):
+                    if (previous.get(rjob["name"]) or {}).get(key):
+                        counts[key] = previous[rjob["name"]][key]
             out.append(counts)
         return out

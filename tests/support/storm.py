@@ -181,6 +181,8 @@ def differences(got: State, want: State, names: list[str]) -> list[str]:
                 gc = {c["type"]: c for c in g.get("conditions") or []}
                 wc = {c["type"]: c for c in w.get("conditions") or []}
                 detail = str([(gc.get(t), wc.get(t)) for t in gc | wc if gc.get(t) != wc.get(t)])
+            else:
+                detail = str([(k, g.get(k), w.get(k)) for k in keys])
             out.append(f"{n}: status differs in {', '.join(keys)} {detail[:800]}")
         if got.children.get(n, set()) != want.children.get(n, set()):
             g, w = got.children.get(n, set()), want.children.get(n, set())

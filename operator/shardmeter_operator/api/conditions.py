@@ -84,6 +84,16 @@ class Reason:
     OBSERVED_BLOCKING = "ObservedBlocking"
     """OuterStepBlocking from the observed inner step and all_reduce (not the prediction)."""
     OBSERVED_HIDDEN = "ObservedHidden"
+    MULTIKUEUE_MISCONFIGURED = "MultiKueueMisconfigured"
+    """A pool's site queue does not lead, through a MultiKueue admission check, to one worker
+    cluster (or the plan's pools mix sites through MultiKueue with this cluster)."""
+    SITE_NOT_ADMITTED = "SiteNotAdmitted"
+    """A site's JobSet waits for Kueue (quota in the manager, a worker to admit it)."""
+    ADMISSION_TIMEOUT = "AdmissionTimeout"
+    """A site was not admitted within ``spec.admissionTimeoutSeconds``."""
+    WAITING_FOR_LIGHTHOUSE = "WaitingForLighthouse"
+    """The lighthouse Service has no address other sites can reach yet (no load-balancer
+    ingress): the sites' JobSets are created once it has."""
 
 
 def now_iso() -> str:

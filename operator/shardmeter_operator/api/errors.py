@@ -35,6 +35,10 @@ class QueueNotFoundError(SpecError):
     """``spec.queueName`` names no Kueue LocalQueue in the plan's namespace."""
 
 
+class MultiKueueError(SpecError):
+    """A site queue does not lead to one worker cluster through MultiKueue."""
+
+
 class FlavorError(SpecError):
     """A pool's Kueue ResourceFlavor is missing or contradicts the pool's placement."""
 
@@ -53,6 +57,7 @@ _REASONS: tuple[tuple[type[SpecError], str], ...] = (
     (WorkloadUnavailableError, Reason.WORKLOAD_UNAVAILABLE),
     (QueueNotFoundError, Reason.QUEUE_NOT_FOUND),
     (FlavorError, Reason.FLAVOR_MISMATCH),
+    (MultiKueueError, Reason.MULTIKUEUE_MISCONFIGURED),
 )
 
 

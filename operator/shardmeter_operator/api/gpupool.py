@@ -7,7 +7,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Literal
 
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 from shardmeter.spec.base import SpecModel
 from shardmeter.spec.pool import PoolHardware
@@ -41,13 +41,40 @@ class BenchmarkSettings(SpecModel):
 
 
 class PoolKueue(SpecModel):
-    """How Kueue sees a pool's nodes (used by TrainingPlans with ``queueName``)."""
+    """How Kueue sees a pool's nodes: its ResourceFlavor (TrainingPlans with ``queueName``),
+    and — for a pool in another cluster — its site's queue in the manager cluster, whose
+    MultiKueue admission check sends the pool's islands to the site's worker cluster."""
 
-    flavor: str = Field(min_length=1, max_length=253, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "has(self.flavor) || has(self.queueName)",
+                    "message": "set flavor, queueName or both",
+                }
+            ]
+        }
+    )
+    flavor: str | None = Field(
+        default=None, min_length=1, max_length=253, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
+    )
     """The Kueue ResourceFlavor (cluster-scoped) of the pool's nodes. Its ``nodeLabels`` are
     merged into the node selector of the pool's islands, so Kueue assigns this flavor to
     them; they must agree with ``nodeSelector``, and its ``nodeTaints`` must be tolerated
     by ``tolerations`` (checked at launch: ``Valid=False`` otherwise)."""
+    queue_name: str | None = Field(
+        default=None, min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+    )
+    """The LocalQueue of the pool's site in the manager cluster (the same name in every
+    namespace that launches on the pool). Its ClusterQueue must have a MultiKueue admission
+    check (controllerName ``kueue.x-k8s.io/multikueue``) whose MultiKueueConfig lists this
+    site's worker cluster only — Kueue's documented way to pin a workload to a cluster. Set
+    it and plans launch this pool's islands as a JobSet of their own in that queue (one
+    JobSet per site), ``managedBy`` MultiKueue; see the multi-cluster guide."""
+    cluster: str | None = Field(default=None, min_length=1, max_length=256)
+    """The MultiKueueCluster (worker cluster) ``queueName`` dispatches to: checked against the
+    queue's MultiKueueConfig at launch, and the cluster whose pods are observed. Unset: the
+    MultiKueueConfig must list exactly one cluster, which is taken."""
 
 
 class GPUPoolSpec(PoolHardware):

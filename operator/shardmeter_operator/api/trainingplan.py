@@ -35,8 +35,21 @@ class FaultToleranceSpec(SpecModel):
 
     min_replicas: int | None = Field(default=None, ge=1, le=64)
     """Islands a quorum needs (lighthouse ``--min_replicas``, torchtitan
-    ``--fault_tolerance.min_replica_size``); default: every island of the plan. Fewer lets
-    training go on while an island is down; never more than the plan's islands."""
+    ``--fault_tolerance.min_replica_size``); default: every island of the plan — but one
+    fewer when a failed island is restarted alone (``spec.restart: Island``), so the others
+    keep training while it recovers. Never more than the plan's islands."""
+    lighthouse_service_type: Literal["ClusterIP", "NodePort", "LoadBalancer"] | None = None
+    """The lighthouse Service's type; unset: ClusterIP, or LoadBalancer when the plan's
+    islands run in other clusters (pools with ``spec.kueue.queueName``), whose pods must
+    reach the lighthouse from their own cluster."""
+    lighthouse_address: str = Field(
+        default="",
+        max_length=253,
+        pattern=r"^([a-zA-Z0-9]([-a-zA-Z0-9.]*[a-zA-Z0-9])?(:[0-9]{1,5})?)?$",
+    )
+    """An externally routable ``host[:port]`` of the lighthouse (a DNS name behind a gateway,
+    a fixed load-balancer IP) that every site's islands use; empty: the Service's own
+    address — its cluster DNS name, or for a LoadBalancer the ingress it gets."""
     join_timeout_ms: int = Field(default=60_000, ge=100, le=3_600_000)
     """How long the lighthouse waits for heartbeating stragglers before it issues a quorum."""
     quorum_tick_ms: int = Field(default=100, ge=10, le=60_000)
@@ -46,6 +59,11 @@ class FaultToleranceSpec(SpecModel):
     quorum_timeout_s: int = Field(default=900, ge=10, le=86_400)
     """How long an island waits for a quorum (``TORCHFT_QUORUM_TIMEOUT_SEC``). DiLoCo forms
     one at every fragment sync, so this must cover the islands' drift between two syncs."""
+    collective_timeout_s: int | None = Field(default=None, ge=5, le=3_600)
+    """How long an island's torchft collectives and RPCs wait (``TORCHFT_TIMEOUT_SEC``,
+    torchtitan ``--fault_tolerance.process_group_timeout_ms``) before a peer counts as gone
+    and the step is retried without it: how long the other islands stall when one dies.
+    Default: torchft's 60 s; never below 4 × the outer all_reduce's predicted window."""
     process_group: Literal["nccl", "gloo"] = "nccl"
     """Backend of the cross-island pseudo-gradient all_reduce (torchtitan
     ``--fault_tolerance.process_group``): ``nccl`` on GPU pools, ``gloo`` on CPUs."""
@@ -59,6 +77,16 @@ class FaultToleranceSpec(SpecModel):
     )
     """The cluster's DNS domain: island pods search their peers' headless Services under it, so
     that the hostnames torchft advertises (``socket.gethostname()``) resolve across islands."""
+
+
+class RestartScope(SpecEnum):
+    """What a JobSet recreates when an island fails."""
+
+    ISLAND = "Island"
+    """Only the failed island (JobSet ``RestartJob``, JobSet v0.12 or later): the others keep
+    training — torchft's quorum goes on without it until it rejoins."""
+    ALL_ISLANDS = "AllIslands"
+    """Every island (JobSet ``RestartJobSet``; any JobSet version)."""
 
 
 class WorkloadKind(SpecEnum):
@@ -93,9 +121,16 @@ class TrainingPlanSpec(PlanRequest):
     """``Job`` or ``JobSet``; unset: JobSet when the cluster serves jobset.x-k8s.io/v1alpha2
     (the JobSet CRD is installed), else Job. ``status.launch.workload`` says which was used."""
     max_restarts: int = Field(default=0, ge=0, le=100)
-    """JobSet only: when any island's Job fails, every island is recreated (JobSet
-    ``failurePolicy``, BlockingRecreate) up to this many times before the plan fails.
-    Training resumes from the trainer's last checkpoint. Must be 0 for workload Job."""
+    """JobSet only: when an island's Job fails it is recreated (JobSet ``failurePolicy``: the
+    island alone or every island, see ``restart``) up to this many times in all before the
+    plan fails. Training resumes from the trainer's last checkpoint. Must be 0 for workload
+    Job."""
+    restart: RestartScope | None = None
+    """What a failure recreates: ``Island`` (only the failed island) or ``AllIslands``;
+    unset: ``Island`` when the JobSet CRD supports it (JobSet v0.12+), else ``AllIslands``."""
+    admission_timeout_seconds: int = Field(default=900, ge=10, le=604_800)
+    """A site whose JobSet Kueue has not admitted this long after it was created is reported
+    (``Admitted=False``, ``AdmissionTimeout``, a Warning Event); the plan is not running."""
     queue_name: str = Field(
         default="", max_length=63, pattern=r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?)?$"
     )
@@ -148,6 +183,8 @@ class IslandStatus(Status):
     """CamelCase cause of the state, e.g. PodsRejected, BackoffLimitExceeded."""
     message: str = Field(default="", max_length=1024)
     """For humans, e.g. the quota or PodSecurity message that rejected the pods."""
+    restarts: int = Field(default=0, ge=0, exclude_if=lambda v: v == 0)
+    """How often the island's Job was recreated alone after a failure (JobSet ``RestartJob``)."""
     observed: IslandObservation | None = Field(default=None, exclude_if=lambda v: v is None)
     """Rank 0's step times and syncs as last read from its log (see ``spec.observe``);
     absent until read (list items are replaced whole, so no null is needed to clear it)."""
@@ -163,6 +200,55 @@ ISLAND_SHAPE = {
     "local_batch_tokens",
 }
 """The IslandStatus fields that make up the launch decision (not the followed state)."""
+
+
+class SiteLaunch(Status):
+    """One site of a launch through MultiKueue: its JobSet in its queue."""
+
+    site: str = Field(max_length=253)
+    """The pools' ``site``."""
+    queue_name: str = Field(max_length=63)
+    """The site's LocalQueue (``spec.kueue.queueName`` of its pools)."""
+    cluster: str = Field(default="", max_length=256)
+    """The MultiKueueCluster the queue dispatches to."""
+    job_set: str = Field(max_length=63)
+    """The site's JobSet (in the manager cluster; MultiKueue copies it to the worker)."""
+    islands: list[int] = Field(default_factory=list, max_length=64)
+    """Indexes of the site's islands in ``status.islands``."""
+
+
+class SiteAdmission(StrEnum):
+    PENDING = "Pending"
+    """Waiting for quota, or for a worker cluster to admit it."""
+    ADMITTED = "Admitted"
+    REJECTED = "Rejected"
+    TIMED_OUT = "TimedOut"
+    """Not admitted within ``spec.admissionTimeoutSeconds``."""
+
+
+class SiteStatus(Status):
+    """How a site of a MultiKueue launch fares: Kueue's admission of its JobSet's Workload
+    in the manager cluster, and the worker that runs it."""
+
+    site: str = Field(max_length=253)
+    job_set: str = Field(max_length=63)
+    queue_name: str = Field(max_length=63)
+    admission: SiteAdmission = SiteAdmission.PENDING
+    cluster: str = Field(default="", max_length=256)
+    """The worker cluster that admitted the JobSet (the Workload's ``status.clusterName``)."""
+    reason: str = Field(default="", max_length=128)
+    message: str = Field(default="", max_length=1024)
+    """Kueue's word: the MultiKueue admission check's message, why quota is not reserved."""
+    since: str = ""
+    """When the JobSet was created (admission pending) or admitted."""
+
+
+class LighthouseStatus(Status):
+    """Where the islands reach the torchft lighthouse."""
+
+    address: str = Field(default="", max_length=300)
+    """``TORCHFT_LIGHTHOUSE`` of the islands (empty: not known yet)."""
+    service_type: str = Field(default="ClusterIP", max_length=32)
 
 
 class LaunchRecord(Status):
@@ -186,6 +272,11 @@ class LaunchRecord(Status):
     spec_digest: str = Field(default="", max_length=64)
     """Hash of the launched spec without ``observe`` (editing observation is no spec
     change of the running islands); empty in records written before it existed."""
+    sites: list[SiteLaunch] = Field(default_factory=list, max_length=16)
+    """A launch through MultiKueue: one JobSet per site (pools with ``spec.kueue.queueName``);
+    empty for a launch in this cluster."""
+    restart: RestartScope = RestartScope.ALL_ISLANDS
+    """What the JobSet(s) recreate when an island fails."""
 
 
 class DiLoCoSettings(Status):
@@ -204,16 +295,49 @@ class DiLoCoSettings(Status):
         )
 
 
+def _absent(v: object) -> bool:
+    return v is None
+
+
+class PredictedQuality(Status):
+    """What the plan's outer level costs in quality against data-parallel training on the
+    same tokens (`shardmeter.cost.quality`, fitted on *Scaling Laws for DiLoCo*)."""
+
+    loss_penalty_vs_dp: float
+    """Relative eval-loss penalty (0.007 = +0.7 %; negative: ahead of data-parallel)."""
+    loss_penalty_uncertainty: float
+    """1σ of the penalty (the same unit)."""
+    equivalent_token_factor: float
+    """Tokens to reach data-parallel's loss ÷ the plan's tokens."""
+    dp_equivalent_hours: float
+    """Hours to reach data-parallel's loss (``hours`` × the factor)."""
+    dp_equivalent_cost_usd: float
+    basis: str = Field(default="", max_length=1024)
+    """Where the numbers come from, for this plan."""
+    warnings: list[str] = Field(default_factory=list, max_length=16)
+    """Guard-rails the plan is beyond, extrapolations (empty: within what was measured)."""
+
+
 class Predictions(Status):
     step_seconds: float
     """Inner step of the slowest island."""
     tokens_per_second: float
     hours: float
     cost_usd: float
+    """GPU cost (whole nodes where the pool is exclusive) plus WAN egress."""
     mfu: float
     bottleneck: str = Field(max_length=64)
     outer_step_blocking_seconds: float
     """Compute stalled on the outer all_reduce per outer step (0 = fully hidden)."""
+    energy_kwh: float | None = Field(default=None, exclude_if=_absent)
+    """Facility energy of the run (GPU power × utilisation × the site's PUE)."""
+    co2_kg: float | None = Field(default=None, exclude_if=_absent)
+    """At the pools' grid carbon intensity."""
+    egress_gb: float | None = Field(default=None, exclude_if=_absent)
+    """Outer traffic that leaves a site (DiLoCo across sites)."""
+    egress_usd: float | None = Field(default=None, exclude_if=_absent)
+    quality: PredictedQuality | None = Field(default=None, exclude_if=_absent)
+    """DiLoCo plans only."""
 
 
 class FrontierPoint(Status):
@@ -250,6 +374,10 @@ class TrainingPlanStatus(Status):
     """Workload JobSet: how many times the JobSet recreated every island after a failure."""
     observed: PlanObservation | None = None
     """The running islands' observations held against the predictions."""
+    sites: list[SiteStatus] = Field(default_factory=list, max_length=16)
+    """A launch through MultiKueue: each site's admission and worker cluster."""
+    lighthouse: LighthouseStatus | None = None
+    """Where the islands reach the lighthouse (a launched DiLoCo plan)."""
     recommended_streaming_di_lo_co: DiLoCoSettings | None = Field(
         default=None, alias="recommendedStreamingDiLoCo"
     )

@@ -67,6 +67,8 @@ _KINDS: dict[tuple[str, str], _Kind] = {
     ("v1", "ConfigMap"): _Kind("CoreV1Api", "config_map"),
     ("v1", "Service"): _Kind("CoreV1Api", "service"),
     ("v1", "Pod"): _Kind("CoreV1Api", "pod"),
+    ("v1", "Secret"): _Kind("CoreV1Api", "secret"),
+    ("v1", "Namespace"): _Kind("CoreV1Api", "namespace", namespaced=False),
     ("batch/v1", "Job"): _Kind("BatchV1Api", "job"),
     ("apps/v1", "Deployment"): _Kind("AppsV1Api", "deployment"),
     ("rbac.authorization.k8s.io/v1", "Role"): _Kind("RbacAuthorizationV1Api", "role"),
@@ -88,10 +90,22 @@ class _Custom:
 
 _CUSTOM: dict[tuple[str, str], _Custom] = {
     ("jobset.x-k8s.io/v1alpha2", "JobSet"): _Custom("jobset.x-k8s.io", "v1alpha2", "jobsets"),
-    ("kueue.x-k8s.io/v1beta1", "Workload"): _Custom("kueue.x-k8s.io", "v1beta1", "workloads"),
-    ("kueue.x-k8s.io/v1beta1", "LocalQueue"): _Custom("kueue.x-k8s.io", "v1beta1", "localqueues"),
-    ("kueue.x-k8s.io/v1beta1", "ResourceFlavor"): _Custom(
-        "kueue.x-k8s.io", "v1beta1", "resourceflavors", namespaced=False
+    ("kueue.x-k8s.io/v1beta2", "Workload"): _Custom("kueue.x-k8s.io", "v1beta2", "workloads"),
+    ("kueue.x-k8s.io/v1beta2", "LocalQueue"): _Custom("kueue.x-k8s.io", "v1beta2", "localqueues"),
+    ("kueue.x-k8s.io/v1beta2", "ResourceFlavor"): _Custom(
+        "kueue.x-k8s.io", "v1beta2", "resourceflavors", namespaced=False
+    ),
+    ("kueue.x-k8s.io/v1beta2", "ClusterQueue"): _Custom(
+        "kueue.x-k8s.io", "v1beta2", "clusterqueues", namespaced=False
+    ),
+    ("kueue.x-k8s.io/v1beta2", "AdmissionCheck"): _Custom(
+        "kueue.x-k8s.io", "v1beta2", "admissionchecks", namespaced=False
+    ),
+    ("kueue.x-k8s.io/v1beta2", "MultiKueueConfig"): _Custom(
+        "kueue.x-k8s.io", "v1beta2", "multikueueconfigs", namespaced=False
+    ),
+    ("kueue.x-k8s.io/v1beta2", "MultiKueueCluster"): _Custom(
+        "kueue.x-k8s.io", "v1beta2", "multikueueclusters", namespaced=False
     ),
     ("apiextensions.k8s.io/v1", "CustomResourceDefinition"): _Custom(
         "apiextensions.k8s.io", "v1", "customresourcedefinitions", namespaced=False
@@ -178,6 +192,32 @@ class Kube:
             raise ApiError(409, f"{what}: exists, then vanished")
         return existing, False
 
+    async def dry_run_refusal(self, manifest: Manifest) -> str:
+        """Create ``manifest`` as a server-side dry run (``dryRun=All``: validated and passed
+        through the admission webhooks, never stored) and return why it is refused ("" when
+        it would be created: 2xx, or 409 it exists). Other failures raise :class:`ApiError`."""
+        ns = manifest["metadata"]["namespace"]
+        what = f"dry-run create {manifest['kind']} {ns}/{manifest['metadata']['name']}"
+        custom = _CUSTOM[(manifest["apiVersion"], manifest["kind"])]
+        try:
+            await self._call(
+                what,
+                self._custom().create_namespaced_custom_object,
+                custom.group,
+                custom.version,
+                ns,
+                custom.plural,
+                manifest,
+                dry_run="All",
+                ok=(409,),
+            )
+        except ApiError as exc:
+            cause = exc.__cause__
+            if exc.status in {400, 422} and isinstance(cause, ApiException):
+                return _api_message(cause)
+            raise
+        return ""
+
     async def get(
         self, api_version: str, kind_name: str, namespace: str | None, name: str
     ) -> Manifest | None:
@@ -188,13 +228,18 @@ class Kube:
                 c.group, c.version, c.plural, namespace if c.namespaced else None, name
             )
         api, kind = self._api((api_version, kind_name))
-        obj = await self._call(
-            f"get {kind_name} {namespace}/{name}",
-            getattr(api, f"read_namespaced_{kind.plural}"),
-            name,
-            namespace,
-            ok=(404,),
-        )
+        if not kind.namespaced:
+            obj = await self._call(
+                f"get {kind_name} {name}", getattr(api, f"read_{kind.plural}"), name, ok=(404,)
+            )
+        else:
+            obj = await self._call(
+                f"get {kind_name} {namespace}/{name}",
+                getattr(api, f"read_namespaced_{kind.plural}"),
+                name,
+                namespace,
+                ok=(404,),
+            )
         return self._plain(obj) if obj is not None else None
 
     async def patch(

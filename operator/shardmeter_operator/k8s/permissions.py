@@ -11,7 +11,9 @@ Scopes:
 * ``operator-namespace`` — a Role in the release namespace (coefficients ConfigMaps, the
   benchmark's narrow Role);
 * ``namespaced-mode`` — a ClusterRole only with ``operator.watchNamespaces`` (kopf lists and
-  watches Namespaces to serve a fixed set of them).
+  watches Namespaces to serve a fixed set of them);
+* ``multicluster`` — a Role in Kueue's namespace, only with
+  ``operator.multiCluster.readWorkerKubeconfigs``.
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ class Permission:
     resource: str
     verbs: tuple[str, ...]
     scope: str
-    """"cluster" | "workload" | "operator-namespace" | "namespaced-mode" (module docstring)."""
+    """"cluster" | "workload" | "operator-namespace" | "namespaced-mode" | "multicluster"
+    (module docstring)."""
     why: str
 
 
@@ -60,6 +63,42 @@ PERMISSIONS: tuple[Permission, ...] = (
         ("get",),
         "cluster",
         "a GPUPool's spec.kueue.flavor: its node labels and taints, checked at launch",
+    ),
+    Permission(
+        "kueue.x-k8s.io",
+        "clusterqueues",
+        ("get",),
+        "cluster",
+        "a site queue's ClusterQueue: its MultiKueue admission check, checked at launch",
+    ),
+    Permission(
+        "kueue.x-k8s.io",
+        "admissionchecks",
+        ("get",),
+        "cluster",
+        "a site queue's admission checks: one must be MultiKueue's, checked at launch",
+    ),
+    Permission(
+        "kueue.x-k8s.io",
+        "multikueueconfigs",
+        ("get",),
+        "cluster",
+        "a site queue's MultiKueueConfig must list the site's worker cluster alone",
+    ),
+    Permission(
+        "kueue.x-k8s.io",
+        "multikueueclusters",
+        ("get",),
+        "cluster",
+        "a worker cluster's kubeconfig Secret, named by its MultiKueueCluster (observation)",
+    ),
+    Permission(
+        "",
+        "secrets",
+        ("get",),
+        "multicluster",
+        "the MultiKueueClusters' kubeconfig Secrets in Kueue's namespace, to read the pods of "
+        "islands in worker clusters (only with multiCluster.readWorkerKubeconfigs)",
     ),
     Permission(
         "kopf.dev",

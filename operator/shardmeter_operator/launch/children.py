@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import json
 
-from shardmeter_operator.api import ISLAND_SHAPE, TrainingPlanPhase
+from shardmeter_operator.api import ISLAND_SHAPE, LighthouseStatus, TrainingPlanPhase
 from shardmeter_operator.api.conditions import Reason, Type, get_condition, set_condition
 from shardmeter_operator.api.errors import FlavorError, RuntimeCannotExpressError, reason_for
 from shardmeter_operator.decision import Ensured, PlanInputs, PlanResult, Validated
 from shardmeter_operator.launch.workload import launched_message, rendered_pools, used_pools
 from shardmeter_operator.render.launch import launch_manifests
+from shardmeter_operator.render.lighthouse import islands_address, lighthouse_name, service_type
 
 
 def children_to_create(inputs: PlanInputs, ok: Validated, out: PlanResult) -> None:
@@ -34,6 +35,27 @@ def children_to_create(inputs: PlanInputs, ok: Validated, out: PlanResult) -> No
         sort_keys=True,
         separators=(",", ":"),
     )
+    sites = st.launch.sites
+    ft = ok.spec.fault_tolerance
+    address = islands_address(
+        inputs.name,
+        inputs.namespace,
+        ft,
+        remote=bool(sites),
+        ingress=inputs.cluster.lighthouse_ingress,
+    )
+    st.lighthouse = (
+        LighthouseStatus(address=address, service_type=service_type(ft, bool(sites)))
+        if st.streaming_di_lo_co is not None and ok.spec.strategy.is_diloco
+        else None
+    )
+    if not address and st.lighthouse is not None:
+        out.withheld = (
+            f"waiting for the lighthouse Service {lighthouse_name(inputs.name)} "
+            f"({st.lighthouse.service_type}) to get an address the other sites can reach (its "
+            "load-balancer ingress), or set spec.faultTolerance.lighthouseAddress; the sites' "
+            "JobSets are created then"
+        )
     try:
         pools = rendered_pools(
             used_pools(ok.pools, st.islands), st.launch.queue_name, inputs.cluster.flavors
@@ -50,6 +72,9 @@ def children_to_create(inputs: PlanInputs, ok: Validated, out: PlanResult) -> No
             bench_image=inputs.cfg.bench_image,
             workload=st.launch.workload,
             queue=st.launch.queue_name,
+            restart=st.launch.restart,
+            site_queues={s.site: s.queue_name for s in sites} or None,
+            lighthouse=address if st.lighthouse is not None else None,
         )
     except (RuntimeCannotExpressError, FlavorError) as exc:  # checked by the decision
         st.conditions = set_condition(
@@ -73,6 +98,17 @@ def ensured(inputs: PlanInputs, result: Ensured, out: PlanResult) -> None:
         st.conditions = set_condition(
             st.conditions, Type.LAUNCHED, False, Reason.NAME_CONFLICT, message, generation
         )
+        return
+    if out.withheld and not result.waiting:
+        st.conditions = set_condition(
+            st.conditions,
+            Type.LAUNCHED,
+            False,
+            Reason.WAITING_FOR_LIGHTHOUSE,
+            out.withheld,
+            generation,
+        )
+        out.requeue_within(2.0)
         return
     if result.waiting:
         st.conditions = set_condition(

@@ -64,13 +64,27 @@ def follow(
     out: PlanResult,
     *,
     queued: str = "",
+    sites_waiting: Mapping[str, str] | None = None,
 ) -> None:
     """The islands' states, the phase, ``Running`` and ``Failed``; ``queued``: why Kueue
-    has not admitted the workload yet (:func:`workload.follow_workload`)."""
+    has not admitted the workload yet (:func:`workload.follow_workload`); ``sites_waiting``:
+    a launch through MultiKueue, why each waiting site waits (:func:`~.sites.follow_sites`)."""
     st = out.status
     assert st.launch is not None
     before = list(st.islands)
-    st.islands = island_states(st, children, rejected, queued=queued)
+    st.islands = island_states(st, children, rejected, queued=queued, sites_waiting=sites_waiting)
+    for was, now in zip(before, st.islands, strict=False):
+        if now.restarts > was.restarts:
+            out.events.append(
+                (
+                    "Warning",
+                    "IslandRestarted",
+                    f"island {now.name} failed and was recreated alone (restart "
+                    f"{now.restarts}); the other islands keep training",
+                )
+            )
+    if st.launch.sites:
+        st.restarts = sum(i.restarts for i in st.islands)
     for isl in transitions(before, st.islands):
         kind = (
             "Warning"

@@ -34,19 +34,28 @@ from shardmeter_operator.api import (
     GPUPoolSpec,
     IslandState,
     IslandStatus,
+    RestartScope,
+    SiteLaunch,
     TrainingPlanSpec,
     TrainingPlanStatus,
     WorkloadKind,
 )
 from shardmeter_operator.api.conditions import Reason, Type, get_condition, set_condition
-from shardmeter_operator.api.errors import FlavorError, QueueNotFoundError, WorkloadUnavailableError
+from shardmeter_operator.api.errors import (
+    FlavorError,
+    MultiKueueError,
+    QueueNotFoundError,
+    WorkloadUnavailableError,
+)
 from shardmeter_operator.decision import ClusterFacts, PlanResult, PoolView
 from shardmeter_operator.launch.jobset import follow_jobset, restarts_of
 from shardmeter_operator.launch.rules import follow_islands
+from shardmeter_operator.launch.sites import decide_sites, site_island_states
 from shardmeter_operator.render import jobset as jobsets
 from shardmeter_operator.render import kueue
 from shardmeter_operator.render.labels import PLAN_REVISION_LABEL
 from shardmeter_operator.render.launch import launchable_run, refuse_launch
+from shardmeter_operator.render.sites import name_site_islands
 
 Manifest = dict[str, Any]
 
@@ -122,7 +131,7 @@ def rendered_pools(
     if not queue:
         return out
     for name, spec in pools.items():
-        if spec.kueue is None:
+        if spec.kueue is None or spec.kueue.flavor is None:
             continue
         flavor = flavors.get(spec.kueue.flavor)
         problem = kueue.flavor_problem(name, spec, flavor)
@@ -134,10 +143,56 @@ def rendered_pools(
 
 
 def launch_islands(
-    plan: str, islands: Sequence[IslandStatus], kind: WorkloadKind
+    plan: str,
+    islands: Sequence[IslandStatus],
+    kind: WorkloadKind,
+    pools: Mapping[str, GPUPoolSpec] | None = None,
+    restart: RestartScope = RestartScope.ALL_ISLANDS,
 ) -> list[IslandStatus]:
-    """The islands named after the Jobs that the workload will run them in."""
-    return jobsets.name_islands(plan, islands) if kind is WorkloadKind.JOBSET else list(islands)
+    """The islands named after the Jobs that the workload will run them in (``pools``: a
+    launch through MultiKueue, one JobSet per site)."""
+    if pools is not None:
+        return name_site_islands(plan, islands, pools)
+    if kind is WorkloadKind.JOBSET:
+        return jobsets.name_islands(plan, islands, restart)
+    return list(islands)
+
+
+def restart_scope(
+    spec: TrainingPlanSpec,
+    kind: WorkloadKind,
+    cluster: ClusterFacts,
+    islands: int = 1,
+    queued: bool = False,
+) -> RestartScope:
+    """What a failed island's JobSet recreates: ``spec.restart``, else the island alone where
+    the cluster's JobSet accepts ``RestartJob`` (JobSet v0.12+ with its ``RestartJob`` feature
+    gate on) and, for a queued JobSet, Kueue can admit one pod set per island. Plain Jobs are
+    never recreated."""
+    if kind is not WorkloadKind.JOBSET:
+        return RestartScope.ALL_ISLANDS
+    why = ""
+    if not cluster.jobset_restart_job:
+        why = (
+            cluster.jobset_restart_job_refused
+            or "the cluster's JobSet does not accept the failure-policy action RestartJob"
+        )
+        why += (
+            " (a failed island restarts alone with JobSet v0.12 or later, its controller run "
+            "with --feature-gates=RestartJob=true)"
+        )
+    elif queued and islands > kueue.MAX_POD_SETS:
+        why = (
+            f"{islands} islands would be {islands} pod sets (one replicated Job each), and "
+            f"Kueue admits a Workload of at most {kueue.MAX_POD_SETS}"
+        )
+    if spec.restart is RestartScope.ISLAND and why:
+        raise WorkloadUnavailableError(
+            "spec.restart", f"is Island, but {why}; fix that, or set restart: AllIslands"
+        )
+    if spec.restart is not None:
+        return spec.restart
+    return RestartScope.ALL_ISLANDS if why else RestartScope.ISLAND
 
 
 # ---- following --------------------------------------------------------------------------------
@@ -159,11 +214,17 @@ def island_states(
     rejected: Mapping[str, str],
     *,
     queued: str = "",
+    sites_waiting: Mapping[str, str] | None = None,
 ) -> list[IslandStatus]:
     """Each island's state from this revision's children (see the module docstring);
-    ``queued``: why Kueue has not admitted the workload yet ("" when admitted or not queued)."""
+    ``queued``: why Kueue has not admitted the workload yet ("" when admitted or not queued);
+    ``sites_waiting``: a launch through MultiKueue, why each waiting site waits."""
+    sites_waiting = sites_waiting or {}
     assert st.launch is not None
     current = _current(st, children)
+    if st.launch.sites:
+        by_name = {c["metadata"]["name"]: c for c in current if c.get("kind") == jobsets.KIND}
+        return site_island_states(st, by_name, sites_waiting, complete=st.launch.complete)
     jobs = {c["metadata"]["name"]: c for c in current if c.get("kind") == "Job"}
     if st.launch.workload is WorkloadKind.JOBSET:
         return follow_jobset(
@@ -186,11 +247,20 @@ def island_states(
 
 
 def workload_owners(st: TrainingPlanStatus, children: Sequence[Manifest]) -> list[tuple[str, str]]:
-    """(description, UID) of what the launch submitted to Kueue: the JobSet, or each island
-    Job (none before the launch is complete or without a queue)."""
-    if st.launch is None or not st.launch.complete or not st.launch.queue_name:
+    """(description, UID) of what the launch submitted to Kueue: the JobSet, each site's
+    JobSet, or each island Job (none before the launch is complete or without a queue)."""
+    if st.launch is None or not st.launch.complete:
         return []
     current = _current(st, children)
+    if st.launch.sites:
+        names = {s.job_set for s in st.launch.sites}
+        return [
+            (f"JobSet {c['metadata']['name']}", c["metadata"]["uid"])
+            for c in current
+            if c.get("kind") == jobsets.KIND and c["metadata"]["name"] in names
+        ]
+    if not st.launch.queue_name:
+        return []
     if st.launch.workload is WorkloadKind.JOBSET:
         js = _jobset(current)
         return [] if js is None else [(f"JobSet {st.launch.job_set}", js["metadata"]["uid"])]
@@ -216,6 +286,8 @@ def follow_workload(
     if st.launch is None or not st.launch.complete:
         return ""
     current = _current(st, children)
+    if st.launch.sites:
+        return ""  # followed per site (follow_launched_sites)
     if st.launch.workload is WorkloadKind.JOBSET:
         restarts = restarts_of(_jobset(current))
         if restarts > st.restarts:
@@ -300,26 +372,45 @@ def decide_launch(
     or created."""
     st = out.status
     try:
-        launchable_run(spec, st, namespace, WorkloadKind.JOBSET)  # the plan itself
-        kind = decide_workload(spec, st.islands, pools, namespace, cluster)
-        launchable_run(spec, st, namespace, kind)  # plain Jobs: one DNS search per island
+        sites = decide_sites(name, spec, st.islands, pools, namespace, cluster)
+        kind = (
+            WorkloadKind.JOBSET
+            if sites
+            else decide_workload(spec, st.islands, pools, namespace, cluster)
+        )
+        restart = restart_scope(
+            spec, kind, cluster, len(st.islands), queued=bool(spec.queue_name) and not sites
+        )
+        launchable_run(spec, st, namespace, WorkloadKind.JOBSET, restart)  # the plan itself
+        launchable_run(spec, st, namespace, kind, restart)  # Jobs: one DNS search per island
     except SpecError as exc:
         event = refuse_launch(st, exc, generation, out.previous)
         out.events += [event] if event else []
-        if isinstance(exc, WorkloadUnavailableError | QueueNotFoundError | FlavorError):
+        if isinstance(
+            exc, WorkloadUnavailableError | QueueNotFoundError | FlavorError | MultiKueueError
+        ):
             out.requeue_within(recheck_s)  # installed or created elsewhere
         return None
-    st.islands = launch_islands(name, st.islands, kind)
+    st.islands = launch_islands(name, st.islands, kind, pools if sites else None, restart)
     st.restarts = 0  # a new launch: no JobSet has restarted it yet
+    out.decided_sites, out.decided_restart = sites, restart
     return kind
 
 
-def launch_record(plan: str, kind: WorkloadKind, spec: TrainingPlanSpec) -> dict[str, Any]:
+def launch_record(
+    plan: str,
+    kind: WorkloadKind,
+    spec: TrainingPlanSpec,
+    sites: Sequence[SiteLaunch] = (),
+    restart: RestartScope = RestartScope.ALL_ISLANDS,
+) -> dict[str, Any]:
     """The workload fields of the LaunchRecord."""
     return {
         "workload": kind,
-        "job_set": jobsets.jobset_name(plan) if kind is WorkloadKind.JOBSET else "",
-        "queue_name": spec.queue_name,
+        "job_set": jobsets.jobset_name(plan) if kind is WorkloadKind.JOBSET and not sites else "",
+        "queue_name": "" if sites else spec.queue_name,
+        "sites": list(sites),
+        "restart": restart,
     }
 
 
@@ -328,11 +419,23 @@ def launched_message(st: TrainingPlanStatus) -> tuple[str, str]:
     assert st.launch is not None
     rev, queue = st.launch.revision, st.launch.queue_name
     queued = f", suspended in LocalQueue {queue} until Kueue admits it" if queue else ""
+    alone = "; a failed island restarts alone" if st.launch.restart is RestartScope.ISLAND else ""
+    if st.launch.sites:
+        shown = ", ".join(
+            f"{s.job_set} ({len(s.islands)} island(s) in {s.queue_name} → {s.cluster})"
+            for s in st.launch.sites
+        )
+        return (
+            f"{len(st.launch.sites)} JobSet(s) of revision {rev}, one per site, managed by "
+            f"MultiKueue: {shown}{alone}",
+            Reason.JOBSET_CREATED,
+        )
     if st.launch.workload is WorkloadKind.JOBSET:
         groups = jobsets.replicated_jobs(st.islands)
         return (
             f"JobSet {st.launch.job_set} of revision {rev}: {len(st.islands)} island(s) in "
-            f"{len(groups)} replicated Job(s) ({', '.join(g.name for g in groups)}){queued}",
+            f"{len(groups)} replicated Job(s) ({', '.join(g.name for g in groups)}){queued}"
+            f"{alone}",
             Reason.JOBSET_CREATED,
         )
     return (

@@ -31,7 +31,7 @@ from shardmeter.sim.bottleneck import blocks
 from shardmeter.sim.calibrate import fit_compute_scale
 from shardmeter.sim.outer import IslandPlacement, outer_link
 from shardmeter.sim.scenario import IslandShape, IslandStepModel, fragment_all_reduce_seconds
-from shardmeter.sim.settings import closed_form_blocking, search_settings
+from shardmeter.sim.settings import GuardRails, closed_form_blocking, search_settings
 from shardmeter_operator.api import DiLoCoSettings, IslandStatus
 from shardmeter_operator.api.observation import (
     IslandObservation,
@@ -174,7 +174,16 @@ def _recheck(
     )
     recommended = None
     if blocks(blocking):
-        choice = search_settings(settings.sync_every, step_s, all_reduce, request.model.num_layers)
+        rails = GuardRails.of(request.strategy, request.model.num_layers)  # as the planner's
+        choice = search_settings(
+            settings.sync_every,
+            step_s,
+            all_reduce,
+            request.model.num_layers,
+            max_fragment_sync_delay=rails.max_fragment_sync_delay,
+            max_fragment_sync_delay_fraction=rails.max_fragment_sync_delay_fraction,
+            target_fragments=rails.target_fragments,
+        )
         text = (
             f"fragments {choice.fragments}, fragmentSyncDelay {choice.fragment_sync_delay} at syncEvery "
             f"{choice.sync_every}"

@@ -30,6 +30,7 @@ from shardmeter.errors import SpecError
 from shardmeter_operator.api import (
     IslandState,
     IslandStatus,
+    TrainingPlanStatus,
 )
 from shardmeter_operator.api.conditions import Reason, Type, set_condition
 from shardmeter_operator.api.observation import (
@@ -73,6 +74,10 @@ class Reading(Protocol):
 
     @property
     def kube(self) -> Kube: ...
+
+    async def cluster_kube(self, cluster: str) -> tuple[Kube | None, str]:
+        """The API of a worker cluster ("" this one), or None and why it cannot be read."""
+        ...
 
 
 def _now() -> datetime:
@@ -147,7 +152,10 @@ async def observe_plan(
             isl.step_seconds,
         )
         async with gate:
-            return await observe_island(namespace, isl.name, facts, read_at, spec, ctx)
+            kube, why = await ctx.cluster_kube(island_cluster(st, isl.name))
+            return await observe_island(
+                namespace, isl.name, facts, read_at, spec, ctx, kube=kube, unreachable=why
+            )
 
     observed = dict(
         zip(
@@ -189,11 +197,39 @@ async def observe_island(
     read_at: str,
     spec: ObserveSpec,
     ctx: Reading,
+    *,
+    kube: Kube | None = None,
+    unreachable: str = "",
 ) -> IslandObservation:
-    """One island's observation from its rank-0 pod's log (never raises for bad input)."""
+    """One island's observation from its rank-0 pod's log (never raises for bad input);
+    ``kube``: the API of the cluster it runs in (default this one); ``unreachable``: why
+    that cluster cannot be read."""
     cfg = ctx.cfg
+    if unreachable:
+        obs = unavailable(read_at, ObserveReason.LOG_UNAVAILABLE, unreachable[:1024])
+        if not spec.step_seconds_query:
+            return obs
+        # an island in a cluster the operator cannot read: its step from Prometheus alone
+        got = await _from_prometheus(
+            obs.model_copy(update={"message": "its pod log is not readable here"}),
+            spec.step_seconds_query,
+            namespace,
+            island,
+            "",
+            facts,
+            ctx,
+        )
+        if got.source != "prometheus":
+            return obs.model_copy(update={"message": f"{unreachable}; {got.message}"[:1024]})
+        return got.model_copy(
+            update={
+                "reason": ObserveReason.OBSERVED,
+                "predicted_step_seconds": facts.predicted_step_s,
+            }
+        )
+    kube = kube or ctx.kube
     try:
-        pod = rank0_pod(await island_pods(ctx.kube, namespace, island))
+        pod = rank0_pod(await island_pods(kube, namespace, island))
     except Exception as exc:  # the API refused (RBAC) or failed: this read has nothing
         return unavailable(
             read_at, ObserveReason.LOG_UNAVAILABLE, f"listing the pods of {island} failed: {exc}"
@@ -216,7 +252,7 @@ async def observe_island(
             **where,
         )
     try:
-        text = await ctx.kube.pod_log(
+        text = await kube.pod_log(
             namespace,
             pod_name,
             container,
@@ -273,3 +309,15 @@ async def _from_prometheus(
             else None,
         }
     )
+
+
+def island_cluster(st: TrainingPlanStatus, island: str) -> str:
+    """The worker cluster an island of a MultiKueue launch runs in ("" this cluster)."""
+    if st.launch is None or not st.launch.sites:
+        return ""
+    index = next((k for k, i in enumerate(st.islands) if i.name == island), -1)
+    for site in st.launch.sites:
+        if index in site.islands:
+            admitted = next((s.cluster for s in st.sites if s.site == site.site and s.cluster), "")
+            return admitted or site.cluster
+    return ""

@@ -43,7 +43,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from shardmeter_operator.api import ISLAND_SHAPE, IslandStatus
+from shardmeter_operator.api import ISLAND_SHAPE, IslandStatus, RestartScope
 from shardmeter_operator.render.labels import ISLAND_LABEL, MANAGED_BY
 from shardmeter_operator.render.names import DNS_LABEL_MAX, child_name, is_valid
 from shardmeter_operator.render.pods import MASTER_PORT
@@ -66,6 +66,8 @@ REPLICATED_JOB_NAME_KEY = "jobset.sigs.k8s.io/replicatedjob-name"
 JOB_INDEX_KEY = "jobset.sigs.k8s.io/job-index"
 JOB_GLOBAL_INDEX_KEY = "jobset.sigs.k8s.io/job-global-index"
 RESTART_ATTEMPT_KEY = "jobset.sigs.k8s.io/restart-attempt"
+RESTART_JOB = "RestartJob"
+"""The failure-policy action that recreates only the failed child Job (JobSet v0.12.0)."""
 
 ISLAND_ID_ENV = "SHARDMETER_ISLAND_ID"
 JOB_INDEX_ENV = "SHARDMETER_JOB_INDEX"
@@ -114,14 +116,31 @@ def replicated_jobs(islands: Sequence[IslandStatus]) -> list[ReplicatedJob]:
     return groups
 
 
+ISLAND_PREFIX = "i"
+
+
+def island_group(index: int) -> ReplicatedJob:
+    """Island ``index`` alone as a replicated Job ``i<index>`` of one replica: JobSet's
+    ``RestartJob`` needs replicated Jobs of one replica, and a site's JobSet holds only some
+    of the plan's islands."""
+    return ReplicatedJob(f"{ISLAND_PREFIX}{index}", index, 1)
+
+
 def child_job_name(jobset: str, group: str, index: int) -> str:
     """``<jobset>-<replicatedJob>-<jobIndex>``: the name JobSet gives a child Job."""
     return f"{jobset}-{group}-{index}"
 
 
-def name_islands(plan: str, islands: Sequence[IslandStatus]) -> list[IslandStatus]:
+def name_islands(
+    plan: str, islands: Sequence[IslandStatus], restart: RestartScope = RestartScope.ALL_ISLANDS
+) -> list[IslandStatus]:
     """The islands named after the child Jobs the plan's JobSet will create for them."""
     js = jobset_name(plan)
+    if restart is RestartScope.ISLAND:
+        return [
+            isl.model_copy(update={"name": child_job_name(js, island_group(k).name, 0)})
+            for k, isl in enumerate(islands)
+        ]
     out = []
     for g in replicated_jobs(islands):
         for k in range(g.count):
@@ -139,13 +158,24 @@ def _annotation(key: str) -> str:
 
 
 def _group_env(
-    env: Sequence[Mapping[str, Any]], jobset: str, group: str, namespace: str
+    env: Sequence[Mapping[str, Any]],
+    jobset: str,
+    group: str,
+    namespace: str,
+    island: int | None = None,
 ) -> list[dict[str, Any]]:
-    """The island's environment with the per-replica values read from JobSet's annotations."""
+    """The island's environment with the per-replica values read from JobSet's annotations;
+    ``island``: a replicated Job of this one island (its id a constant: a site's JobSet holds
+    only some of the plan's islands, so JobSet's global index is not the island's)."""
     out: list[dict[str, Any]] = []
     for e in env:
         name = e.get("name")
-        if name == ISLAND_ID_ENV:
+        if island is not None and name == ISLAND_ID_ENV:
+            out.append({"name": name, "value": str(island)})
+        elif island is not None and name == "MASTER_ADDR":
+            rank0 = f"{child_job_name(jobset, group, 0)}-0"
+            out.append({"name": name, "value": f"{rank0}.{jobset}.{namespace}.svc"})
+        elif name == ISLAND_ID_ENV:
             out.append({"name": name, "valueFrom": _field_ref(_annotation(JOB_GLOBAL_INDEX_KEY))})
         elif name == "MASTER_ADDR":
             out.append({"name": JOB_INDEX_ENV, "valueFrom": _field_ref(_annotation(JOB_INDEX_KEY))})
@@ -177,8 +207,10 @@ def _group_template(
     *,
     lighthouse: str,
     job_id: str,
+    one_island: bool = False,
 ) -> dict[str, Any]:
-    """A replicated Job's JobTemplateSpec from the island Job rendered for its first island."""
+    """A replicated Job's JobTemplateSpec from the island Job rendered for its first island
+    (``one_island``: the replicated Job is that island alone)."""
     job: dict[str, Any] = copy.deepcopy(dict(rendered))
     searches = (
         [f"{jobset}.{namespace}.svc.{run.fault_tolerance.cluster_domain}"]
@@ -205,7 +237,13 @@ def _group_template(
     pod = pod_t["spec"]
     pod.pop("subdomain", None)  # JobSet sets it to its headless Service
     for c in pod["containers"]:
-        c["env"] = _group_env(c.get("env") or [], jobset, group.name, namespace)
+        c["env"] = _group_env(
+            c.get("env") or [],
+            jobset,
+            group.name,
+            namespace,
+            island=group.first if one_island else None,
+        )
     _container_ports(pod["containers"][0], run.diloco is not None)
     template: dict[str, Any] = {"metadata": {"labels": labels}, "spec": spec}
     if meta.get("annotations"):
@@ -235,11 +273,22 @@ def jobset_manifest(
     max_restarts: int,
     lighthouse: str,
     job_id: str,
+    restart: RestartScope = RestartScope.ALL_ISLANDS,
+    name: str = "",
+    groups: Sequence[ReplicatedJob] | None = None,
+    managed_by: str = "",
 ) -> Manifest:
     """The plan's JobSet from the island Jobs ``island_manifests`` rendered (one per island,
-    before their runtime): one replicated Job per group of same-shaped islands."""
-    name = jobset_name(plan)
-    groups = replicated_jobs(islands)
+    before their runtime): one replicated Job per group of same-shaped islands — or, for a
+    site's JobSet (``name``, ``groups`` of one island each, ``managed_by`` MultiKueue), the
+    site's islands one replicated Job each. ``restart`` Island: every island its own
+    replicated Job (``RestartJob`` recreates a replicated Job's failed child, and JobSet
+    v0.12's webhook allows it only on replicated Jobs of one replica)."""
+    name = name or jobset_name(plan)
+    if groups is None and restart is RestartScope.ISLAND:
+        groups = [island_group(k) for k in range(len(islands))]
+    one_island = groups is not None
+    groups = list(groups) if groups is not None else replicated_jobs(islands)
     check_names(name, groups, [i.nodes for i in islands])
     replicated = [
         {
@@ -253,10 +302,24 @@ def jobset_manifest(
                 run,
                 lighthouse=lighthouse,
                 job_id=job_id,
+                one_island=one_island,
             ),
         }
         for g in groups
     ]
+    failure: dict[str, Any] = {"maxRestarts": max_restarts, "restartStrategy": "BlockingRecreate"}
+    if restart is RestartScope.ISLAND:  # JobSet v0.12: recreate only the failed island's Job
+        failure["rules"] = [{"name": "restartTheIslandAlone", "action": RESTART_JOB}]
+    spec: dict[str, Any] = {
+        "replicatedJobs": replicated,
+        "network": {"enableDNSHostnames": True, "publishNotReadyAddresses": True},
+        "successPolicy": {"operator": "All"},
+        "failurePolicy": failure,
+        "startupPolicy": {"startupPolicyOrder": "AnyOrder"},
+        "suspend": False,
+    }
+    if managed_by:
+        spec["managedBy"] = managed_by
     return {
         "apiVersion": API_VERSION,
         "kind": KIND,
@@ -266,13 +329,31 @@ def jobset_manifest(
             "labels": {**MANAGED_BY, **labels},
             "ownerReferences": [owner],
         },
+        "spec": spec,
+    }
+
+
+def restart_job_probe(namespace: str) -> Manifest:
+    """A JobSet with a ``RestartJob`` rule, to create as a server-side dry run: JobSet v0.12's
+    webhook refuses the action while its alpha feature gate ``RestartJob`` is off, and a CRD
+    cannot tell."""
+    pod = {
+        "restartPolicy": "Never",
+        "containers": [{"name": "probe", "image": "registry.k8s.io/pause:3.10"}],
+    }
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "metadata": {"name": "shardmeter-restartjob-probe", "namespace": namespace},
         "spec": {
-            "replicatedJobs": replicated,
-            "network": {"enableDNSHostnames": True, "publishNotReadyAddresses": True},
-            "successPolicy": {"operator": "All"},
-            "failurePolicy": {"maxRestarts": max_restarts, "restartStrategy": "BlockingRecreate"},
-            "startupPolicy": {"startupPolicyOrder": "AnyOrder"},
-            "suspend": False,
+            "suspend": True,
+            "replicatedJobs": [
+                {"name": "i0", "replicas": 1, "template": {"spec": {"template": {"spec": pod}}}}
+            ],
+            "failurePolicy": {
+                "maxRestarts": 1,
+                "rules": [{"name": "restartTheIslandAlone", "action": RESTART_JOB}],
+            },
         },
     }
 
@@ -287,4 +368,22 @@ __all__ = [
     "jobset_name",
     "name_islands",
     "replicated_jobs",
+    "restart_job_probe",
 ]
+
+
+def accepts_restart_job(crd: Mapping[str, Any]) -> bool:
+    """Whether a JobSet CRD's schema has the failure-policy action ``RestartJob`` (JobSet
+    v0.12.0 added it): its served ``v1alpha2`` version's enum of
+    ``spec.failurePolicy.rules[].action``."""
+    for v in (crd.get("spec") or {}).get("versions") or []:
+        if v.get("name") != VERSION:
+            continue
+        schema = (v.get("schema") or {}).get("openAPIV3Schema") or {}
+        path = ["spec", "failurePolicy", "rules"]
+        node: Mapping[str, Any] = schema
+        for key in path:
+            node = (node.get("properties") or {}).get(key) or {}
+        action = ((node.get("items") or {}).get("properties") or {}).get("action") or {}
+        return RESTART_JOB in (action.get("enum") or [])
+    return False

@@ -1,6 +1,7 @@
-"""Kueue (``kueue.x-k8s.io/v1beta1``) for launched plans, as pure functions: submitting a
-workload to a LocalQueue, the pools' ResourceFlavors, and the plan's ``QuotaReserved`` and
-``Admitted`` conditions read from the Workloads Kueue creates.
+"""Kueue (v0.19, ``kueue.x-k8s.io/v1beta2``) for launched plans, as pure functions: submitting a
+workload to a LocalQueue, the pools' ResourceFlavors, the plan's ``QuotaReserved`` and
+``Admitted`` conditions read from the Workloads Kueue creates, and — for islands in other
+clusters — the MultiKueue setup of a site's queue and its admission.
 
 * **Submit.** A plan with ``spec.queueName`` labels its JobSet (or each island Job)
   ``kueue.x-k8s.io/queue-name: <queue>`` and creates it with ``spec.suspend: true``: nothing
@@ -18,6 +19,12 @@ workload to a LocalQueue, the pools' ResourceFlavors, and the plan's ``QuotaRese
   set g0: insufficient quota for nvidia.com/gpu in flavor h200 …"); ``status.admission``
   says which ClusterQueue and flavors. Kueue finds the Workload of an object through the
   label ``kueue.x-k8s.io/job-uid`` (the object's UID).
+* **MultiKueue.** A site's LocalQueue (a pool's ``spec.kueue.queueName``) must lead to a
+  ClusterQueue whose admission checks (``spec.admissionChecksStrategy.admissionChecks``)
+  include one with controllerName ``kueue.x-k8s.io/multikueue``, whose parameters name a
+  MultiKueueConfig listing the site's worker cluster alone (:func:`multikueue_problem`). In
+  the manager, the Workload reserves quota, the check turns ``Ready`` once a worker admitted
+  the copy, and ``status.clusterName`` names that worker (:func:`site_admission`).
 """
 
 from __future__ import annotations
@@ -27,17 +34,24 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shardmeter_operator.api import GPUPoolSpec, Toleration
+from shardmeter_operator.decision import SiteQueue
 
 Manifest = dict[str, Any]
 
 GROUP = "kueue.x-k8s.io"
-VERSION = "v1beta1"
+VERSION = "v1beta2"
 API_VERSION = f"{GROUP}/{VERSION}"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
 """On a Workload: the UID of the Job or JobSet it was created for."""
 LOCAL_QUEUES_CRD = f"localqueues.{GROUP}"
 WORKLOADS_CRD = f"workloads.{GROUP}"
+CLUSTER_QUEUES_CRD = f"clusterqueues.{GROUP}"
+ADMISSION_CHECKS_CRD = f"admissionchecks.{GROUP}"
+MULTIKUEUE_CONFIGS_CRD = f"multikueueconfigs.{GROUP}"
+MULTIKUEUE_CONTROLLER = "kueue.x-k8s.io/multikueue"
+"""The MultiKueue admission check controller's name (an AdmissionCheck's ``controllerName``),
+and the ``spec.managedBy`` of a JobSet MultiKueue dispatches."""
 MAX_POD_SETS = 8
 """A Workload's ``spec.podSets`` holds at most 8 (``+kubebuilder:validation:MaxItems=8``)."""
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -198,3 +212,136 @@ def admission(
     why = "" if admitted.status else (out["QuotaReserved"].message or admitted.message)
     flavors = {k: v for _, u in owners for k, v in flavors_of(workloads[u]).items()}
     return Admission(out["QuotaReserved"], admitted, why, flavors)
+
+
+# ---- MultiKueue ------------------------------------------------------------------------------
+def cluster_queue_of(local_queue: Mapping[str, Any]) -> str:
+    return str((local_queue.get("spec") or {}).get("clusterQueue") or "")
+
+
+def check_names_of(cluster_queue: Mapping[str, Any]) -> list[str]:
+    strategy = (cluster_queue.get("spec") or {}).get("admissionChecksStrategy") or {}
+    return [str(c.get("name")) for c in strategy.get("admissionChecks") or []]
+
+
+def multikueue_check(checks: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    return next(
+        (c for c in checks if (c.get("spec") or {}).get("controllerName") == MULTIKUEUE_CONTROLLER),
+        None,
+    )
+
+
+def config_name_of(check: Mapping[str, Any]) -> str:
+    params = (check.get("spec") or {}).get("parameters") or {}
+    return str(params.get("name") or "") if params.get("kind") == "MultiKueueConfig" else ""
+
+
+def multikueue_problem(
+    pool: str, spec: GPUPoolSpec, namespace: str, queue: SiteQueue
+) -> tuple[str, str]:
+    """(what is wrong, the worker cluster): why the pool's site queue would not send its
+    islands to one worker cluster ("" when it does), and that cluster."""
+    assert spec.kueue is not None and spec.kueue.queue_name
+    field = f"GPUPool {pool}: spec.kueue.queueName {queue.name}"
+    if queue.local_queue is None:
+        return (
+            f"{field} names no LocalQueue in namespace {namespace}: create it there (the "
+            "same name in every namespace that launches on the pool) or fix the pool",
+            "",
+        )
+    cq = cluster_queue_of(queue.local_queue)
+    if queue.cluster_queue is None:
+        return f"{field} points at ClusterQueue {cq}, which does not exist: create it", ""
+    check = multikueue_check(queue.checks)
+    if check is None:
+        return (
+            f"{field}: ClusterQueue {cq} has no MultiKueue admission check (an AdmissionCheck "
+            f"with controllerName {MULTIKUEUE_CONTROLLER} in spec.admissionChecksStrategy): "
+            "without one Kueue runs the islands in this cluster; add it, or drop queueName",
+            "",
+        )
+    config = config_name_of(check)
+    if queue.config is None:
+        return (
+            f"{field}: AdmissionCheck {check['metadata']['name']} names MultiKueueConfig "
+            f"{config or '(none)'}, which does not exist: create it",
+            "",
+        )
+    clusters = [str(c) for c in (queue.config.get("spec") or {}).get("clusters") or []]
+    wanted = spec.kueue.cluster
+    if wanted and clusters != [wanted]:
+        return (
+            f"{field}: MultiKueueConfig {config} lists {clusters}, not the pool's cluster "
+            f"{wanted} alone — a queue pins its workloads to a site only when its config lists "
+            "that site's cluster only; give the site a ClusterQueue and MultiKueueConfig of its "
+            "own, or fix spec.kueue.cluster",
+            "",
+        )
+    if not wanted and len(clusters) != 1:
+        return (
+            f"{field}: MultiKueueConfig {config} lists {len(clusters)} clusters {clusters}: "
+            "MultiKueue could run the islands in any of them; list the site's cluster alone, "
+            "or name it in spec.kueue.cluster",
+            "",
+        )
+    return "", clusters[0]
+
+
+def only_cluster(config: Mapping[str, Any] | None) -> str:
+    """The one cluster a MultiKueueConfig lists ("" when none or several)."""
+    clusters = (config or {}).get("spec", {}).get("clusters") or []
+    return str(clusters[0]) if len(clusters) == 1 else ""
+
+
+def worker_problem(pool: str, queue: SiteQueue, namespace: str) -> str:
+    """Why the site's worker cluster cannot run what MultiKueue copies to it ("" when it can,
+    or when the operator does not read it): MultiKueue creates the JobSet and its Workload
+    in the same namespace, queued in a LocalQueue of the same name, and the worker's JobSet
+    controller runs it."""
+    w = queue.worker
+    if w is None:
+        return ""
+    where = f"GPUPool {pool}: spec.kueue.queueName {queue.name} dispatches to worker cluster {w.cluster}"
+    if w.unreadable:
+        return f"{where}, which cannot be read ({w.unreadable}): fix its MultiKueueCluster"
+    if w.namespace is False:
+        return f"{where}, which has no namespace {namespace}: create it there"
+    if w.local_queue is False:
+        return (
+            f"{where}, which has no LocalQueue {queue.name} in namespace {namespace}: create "
+            "it there (MultiKueue queues the copy under the same name)"
+        )
+    if w.jobset is False:
+        return f"{where}, which does not serve jobset.x-k8s.io/v1alpha2: install JobSet there"
+    return ""
+
+
+def check_state(workload: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The Workload's MultiKueue admission check state (``status.admissionChecks[]``)."""
+    states = (workload.get("status") or {}).get("admissionChecks") or []
+    return next(iter(states), None) if len(states) == 1 else None
+
+
+def site_admission(workload: Mapping[str, Any] | None) -> tuple[str, str, str, str]:
+    """(admission, cluster, reason, message) of a site's Workload in the manager:
+    Admitted once Kueue admitted it (the MultiKueue check Ready, a worker admitted its
+    copy), Rejected when the check rejected it, else Pending with Kueue's reason."""
+    if workload is None:
+        return "Pending", "", "WorkloadNotCreated", "Kueue has not created its Workload yet"
+    st = workload.get("status") or {}
+    cluster = str(st.get("clusterName") or "")
+    states = st.get("admissionChecks") or []
+    rejected = next((c for c in states if c.get("state") == "Rejected"), None)
+    if rejected is not None:
+        return "Rejected", cluster, "AdmissionCheckRejected", str(rejected.get("message") or "")
+    admitted = _condition(workload, "Admitted")
+    if admitted is not None and admitted.get("status") == "True":
+        return "Admitted", cluster, "Admitted", str(admitted.get("message") or "")
+    reserved = _condition(workload, "QuotaReserved")
+    if reserved is None or reserved.get("status") != "True":
+        reason = str((reserved or {}).get("reason") or "Pending")
+        message = str((reserved or {}).get("message") or "waiting for quota in the manager")
+        return "Pending", cluster, reason, message
+    pending = next((c for c in states if c.get("state") != "Ready"), None)
+    text = str((pending or {}).get("message") or "waiting for a worker cluster to admit it")
+    return "Pending", cluster, "AdmissionCheckPending", text

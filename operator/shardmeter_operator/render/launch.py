@@ -13,6 +13,7 @@ from shardmeter.errors import SpecError
 from shardmeter_operator.api import (
     Condition,
     GPUPoolSpec,
+    RestartScope,
     TrainingPlanPhase,
     TrainingPlanSpec,
     TrainingPlanStatus,
@@ -25,7 +26,12 @@ from shardmeter_operator.render.jobset import KIND as JOBSET_KIND
 from shardmeter_operator.render.jobset import jobset_manifest
 from shardmeter_operator.render.kueue import submit
 from shardmeter_operator.render.labels import ISLAND_LABEL, child_labels, owner_reference
-from shardmeter_operator.render.lighthouse import lighthouse_address, lighthouse_manifests
+from shardmeter_operator.render.lighthouse import (
+    lighthouse_address,
+    lighthouse_manifests,
+    service_type,
+)
+from shardmeter_operator.render.sites import site_jobsets
 from shardmeter_operator.render.torchtitan import (
     MANAGER_PORT,
     TorchtitanRun,
@@ -48,11 +54,18 @@ def launchable_run(
     status: TrainingPlanStatus,
     namespace: str,
     workload: WorkloadKind = WorkloadKind.JOB,
+    restart: RestartScope = RestartScope.ALL_ISLANDS,
 ) -> TorchtitanRun:
     """The torchtitan run of the chosen plan; raises RuntimeCannotExpressError (naming the
     field) when torchtitan-FT would not run it as planned. Called before the launch decision
     is recorded, so a refused plan creates nothing."""
-    run = torchtitan_run(spec, status.islands, status.streaming_di_lo_co, status.predictions)
+    run = torchtitan_run(
+        spec,
+        status.islands,
+        status.streaming_di_lo_co,
+        status.predictions,
+        restart_alone=restart is RestartScope.ISLAND and workload is WorkloadKind.JOBSET,
+    )
     check_expressible(run, spec)
     if workload is WorkloadKind.JOBSET:
         return run  # one search domain: the JobSet's headless Service
@@ -85,17 +98,32 @@ def launch_manifests(
     check: bool = True,
     workload: WorkloadKind = WorkloadKind.JOB,
     queue: str = "",
+    restart: RestartScope = RestartScope.ALL_ISLANDS,
+    site_queues: Mapping[str, str] | None = None,
+    lighthouse: str | None = None,
 ) -> list[Manifest]:
     """Everything the launch of ``status``'s plan creates, in order: the lighthouse (DiLoCo),
     then each island's Job and Service — or, for ``workload`` JobSet, the plan's JobSet
-    (``status.islands`` named by :func:`workload.launch_islands`). ``queue``: a Kueue
-    LocalQueue the Jobs or the JobSet are submitted to. ``check=False`` renders a plan
-    torchtitan-FT would run differently from planned (for inspection; the operator never
-    creates it)."""
+    (``status.islands`` named by :func:`workload.launch_islands`) — or, with ``site_queues``
+    (site → its queue), one JobSet per site for MultiKueue (:mod:`~.render.sites`).
+    ``queue``: a Kueue LocalQueue the Jobs or the JobSet are submitted to. ``restart``: what a
+    JobSet recreates when an island fails. ``lighthouse``: the islands' ``TORCHFT_LIGHTHOUSE``
+    (default: the Service's cluster DNS name); "" while it is not known (a load balancer
+    still without an ingress): then only the lighthouse is rendered. ``check=False``
+    renders a plan torchtitan-FT would run differently from planned (for inspection; the
+    operator never creates it)."""
+    restart_alone = restart is RestartScope.ISLAND and workload is WorkloadKind.JOBSET
     if check:
-        run = launchable_run(spec, status, namespace, workload)
+        run = launchable_run(spec, status, namespace, workload, restart)
     else:
-        run = torchtitan_run(spec, status.islands, status.streaming_di_lo_co, status.predictions)
+        run = torchtitan_run(
+            spec,
+            status.islands,
+            status.streaming_di_lo_co,
+            status.predictions,
+            restart_alone=restart_alone,
+        )
+    address = lighthouse_address(name, namespace) if lighthouse is None else lighthouse
     owner = owner_reference("TrainingPlan", name, uid)
     labels = child_labels(name, uid, revision)
     islands = island_manifests(
@@ -109,6 +137,33 @@ def launch_manifests(
         plan_json,
         labels,
     )
+    if site_queues:
+        jobsets = site_jobsets(
+            name,
+            namespace,
+            owner,
+            labels,
+            [m for m in islands if m["kind"] == "Job"],
+            status.islands,
+            pools,
+            site_queues,
+            run,
+            max_restarts=spec.max_restarts,
+            restart=restart,
+            lighthouse=address,
+            job_id=f"{namespace}/{name}",
+        )
+        return with_runtime(
+            jobsets if address or run.diloco is None else [],
+            run,
+            plan=name,
+            namespace=namespace,
+            owner=owner,
+            labels=labels,
+            bench_image=bench_image,
+            lighthouse=address,
+            service_type=service_type(spec.fault_tolerance, remote=True),
+        )
     if workload is WorkloadKind.JOBSET:
         jobset = jobset_manifest(
             name,
@@ -119,8 +174,9 @@ def launch_manifests(
             status.islands,
             run,
             max_restarts=spec.max_restarts,
-            lighthouse=lighthouse_address(name, namespace),
+            lighthouse=address,
             job_id=f"{namespace}/{name}",
+            restart=restart,
         )
         out = with_runtime(
             [jobset],
@@ -130,6 +186,8 @@ def launch_manifests(
             owner=owner,
             labels=labels,
             bench_image=bench_image,
+            lighthouse=address,
+            service_type=service_type(spec.fault_tolerance, remote=False),
         )
     else:
         out = with_runtime(
@@ -140,6 +198,8 @@ def launch_manifests(
             owner=owner,
             labels=labels,
             bench_image=bench_image,
+            lighthouse=address,
+            service_type=service_type(spec.fault_tolerance, remote=False),
         )
     if queue:
         for m in out:
@@ -157,10 +217,13 @@ def with_runtime(
     owner: dict[str, Any],
     labels: Mapping[str, str],
     bench_image: str,
+    lighthouse: str = "",
+    service_type: str = "ClusterIP",
 ) -> list[Manifest]:
     """The lighthouse (for DiLoCo) followed by the island manifests, each Job given its
-    runtime and each island Service its torchft manager port."""
-    lighthouse = lighthouse_address(plan, namespace)
+    runtime (``lighthouse``: the islands' ``TORCHFT_LIGHTHOUSE``, default the Service's
+    cluster DNS name) and each island Service its torchft manager port."""
+    lighthouse = lighthouse or lighthouse_address(plan, namespace)
     out = [dict(m) for m in islands]
     for m in out:
         if m["kind"] == "Service" and run.diloco is not None:  # what the pods serve, named
@@ -189,6 +252,7 @@ def with_runtime(
             min_replicas=run.min_replicas,
             image=bench_image,
             labels=labels,
+            type_=service_type,
         ),
         *out,
     ]

@@ -39,6 +39,37 @@ def lighthouse_address(plan: str, namespace: str) -> str:
     return f"http://{lighthouse_name(plan)}.{namespace}.svc:{PORT}"
 
 
+def service_type(ft: FaultToleranceSpec, remote: bool) -> str:
+    """The lighthouse Service's type: as asked, else LoadBalancer when islands run in other
+    clusters (``remote``), else ClusterIP."""
+    return ft.lighthouse_service_type or ("LoadBalancer" if remote else "ClusterIP")
+
+
+def islands_address(
+    plan: str, namespace: str, ft: FaultToleranceSpec, *, remote: bool, ingress: str = ""
+) -> str:
+    """``TORCHFT_LIGHTHOUSE`` for islands in this cluster or, ``remote``, in others: a given
+    ``lighthouseAddress`` (port 29510 unless it names one), else for remote islands the
+    Service's load-balancer ``ingress`` ("" while it has none: nothing can reach it yet), else
+    the cluster DNS name."""
+    if ft.lighthouse_address:
+        host = ft.lighthouse_address
+        return f"http://{host}" if ":" in host else f"http://{host}:{PORT}"
+    if remote and service_type(ft, remote) != "ClusterIP":
+        return f"http://{ingress}:{PORT}" if ingress else ""
+    return lighthouse_address(plan, namespace)
+
+
+def ingress_of(service: Mapping[str, Any] | None) -> str:
+    """A Service's load-balancer ingress: its IP, else its hostname ("" while it has none)."""
+    for ing in (((service or {}).get("status") or {}).get("loadBalancer") or {}).get(
+        "ingress"
+    ) or []:
+        if ing.get("ip") or ing.get("hostname"):
+            return str(ing.get("ip") or ing.get("hostname"))
+    return ""
+
+
 def lighthouse_args(ft: FaultToleranceSpec, min_replicas: int) -> list[str]:
     return [
         f"--bind=[::]:{PORT}",
@@ -58,6 +89,7 @@ def lighthouse_manifests(
     min_replicas: int,
     image: str,
     labels: Mapping[str, str],
+    type_: str = "ClusterIP",
 ) -> list[Manifest]:
     """The lighthouse Deployment (one replica, never two: a second lighthouse would form its
     own quorums) and its Service, owned by the TrainingPlan; ``labels`` are the launch's
@@ -111,7 +143,7 @@ def lighthouse_manifests(
             },
         },
     }
-    service = {
+    service: Manifest = {
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": meta,
@@ -120,4 +152,6 @@ def lighthouse_manifests(
             "ports": [{"name": "lighthouse", "port": PORT, "targetPort": "lighthouse"}],
         },
     }
+    if type_ != "ClusterIP":
+        service["spec"]["type"] = type_
     return [deployment, service]

@@ -78,6 +78,7 @@ OWNED_FLAGS = frozenset(
                 "fragment_sync_delay",
                 "module_fqns_per_model_fragment",
                 "process_group_timeout_ms",
+                "should_quantize",
             )
         ),
         *(
@@ -140,10 +141,19 @@ class TorchtitanRun:
     collective_timeout_s: int
     """For torchft's cross-island process group and manager: a margin over the window the
     plan gives a fragment's all_reduce (τ inner steps plus any predicted blocking)."""
+    quantize_outer: bool = False
+    """Pseudo-gradients all-reduced in FP8 (``outerPrecision: fp8``; torchft's
+    ``should_quantize``)."""
+    restart_alone: bool = False
+    """A failed island is recreated alone (JobSet ``RestartJob``): the quorum needs one
+    island fewer by default, so the others keep training while it recovers."""
 
     @property
     def min_replicas(self) -> int:
-        return self.fault_tolerance.min_replicas or len(self.islands)
+        if self.fault_tolerance.min_replicas:
+            return self.fault_tolerance.min_replicas
+        n = len(self.islands)
+        return n - 1 if self.restart_alone and n > 1 else n
 
 
 def torchtitan_run(
@@ -151,9 +161,12 @@ def torchtitan_run(
     islands: Sequence[IslandStatus],
     settings: DiLoCoSettings | None,
     predictions: Predictions | None,
+    *,
+    restart_alone: bool = False,
 ) -> TorchtitanRun:
-    """The run the chosen plan describes. Raises RuntimeCannotExpressError (naming the field)
-    for training settings torchtitan 0.3.0 has no flag for."""
+    """The run the chosen plan describes (``restart_alone``: a failed island is recreated
+    alone). Raises RuntimeCannotExpressError (naming the field) for training settings
+    torchtitan 0.3.0 has no flag for."""
     if not islands:
         raise RuntimeCannotExpressError("status.islands", "the plan has no islands to launch")
     diloco = settings if spec.strategy.kind is not StrategyKind.FSDP else None
@@ -207,7 +220,8 @@ def torchtitan_run(
     window_s = predictions.outer_step_blocking_seconds if predictions else 0.0
     if diloco is not None and predictions is not None:
         window_s += diloco.fragment_sync_delay * predictions.step_seconds
-    timeout_s = max(MIN_COLLECTIVE_TIMEOUT_S, math.ceil(COLLECTIVE_TIMEOUT_MARGIN * window_s))
+    floor = spec.fault_tolerance.collective_timeout_s or MIN_COLLECTIVE_TIMEOUT_S
+    timeout_s = max(floor, math.ceil(COLLECTIVE_TIMEOUT_MARGIN * window_s))
     batch_tokens = sum(i.local_batch_tokens for i in islands)
     steps = math.ceil(t.total_tokens / batch_tokens)
     if diloco is not None:
@@ -224,6 +238,8 @@ def torchtitan_run(
         diloco=diloco,
         fault_tolerance=spec.fault_tolerance,
         collective_timeout_s=timeout_s,
+        quantize_outer=spec.strategy.outer_precision is Precision.FP8 and diloco is not None,
+        restart_alone=restart_alone,
     )
 
 
@@ -268,12 +284,13 @@ def check_expressible(run: TorchtitanRun, spec: TrainingPlanSpec) -> None:
             f"is {spec.strategy.fragment_layout}, but torchtitan's fragment_llm splits the model "
             "into contiguous fragments; plan with fragmentLayout: contiguous",
         )
-    if spec.strategy.outer_precision is not Precision.FP32:
+    if spec.strategy.outer_precision not in (Precision.FP32, Precision.FP8):
         raise RuntimeCannotExpressError(
             "spec.strategy.outerPrecision",
             f"is {spec.strategy.outer_precision}, but torchft 0.2.0's DiLoCo all-reduces "
-            "pseudo-gradients in the parameters' dtype (FP32 master weights) unless it "
-            "quantises them; plan with outerPrecision: fp32",
+            "pseudo-gradients in the parameters' dtype (FP32 master weights), or quantised to "
+            "FP8 with a scale per row (torchtitan --fault_tolerance.should_quantize; "
+            "torchft/quantization.py): plan with outerPrecision fp32 or fp8",
         )
 
 
@@ -301,6 +318,8 @@ def island_flags(run: TorchtitanRun, index: int, replica_id: str | None = None) 
             f"--fault_tolerance.num_fragments={d.fragments}",
             f"--fault_tolerance.fragment_sync_delay={d.fragment_sync_delay}",
         ]
+        if run.quantize_outer:  # torchft's row-wise FP8 all_reduce of the pseudo-gradients
+            flags.append("--fault_tolerance.should_quantize")
     flags += [
         f"--parallelism.data_parallel_shard_degree={group * isl.gpus_per_node}",
         f"--parallelism.data_parallel_replicate_degree={isl.nodes // group}",

@@ -48,6 +48,11 @@ class PlanReads:
     """The LocalQueue a launch is decided for or rendered into ("" none)."""
     flavors: list[str] = field(default_factory=list)
     """ResourceFlavors of the pools, read when ``queue`` is set."""
+    site_queues: list[str] = field(default_factory=list)
+    """The pools' site queues (``spec.kueue.queueName``) whose MultiKueue setup a launch
+    decision reads."""
+    lighthouse: bool = False
+    """The recorded launch is incomplete: read the lighthouse Service's address."""
 
 
 def plan_reads(
@@ -62,7 +67,16 @@ def plan_reads(
     except SpecError:
         return PlanReads()
     names = [r.name for r in ok.spec.pools]
-    flavors = sorted({p.kueue.flavor for p in ok.pools.values() if p.kueue is not None})
+    flavors = sorted(
+        {p.kueue.flavor for p in ok.pools.values() if p.kueue is not None and p.kueue.flavor}
+    )
+    sites = sorted(
+        {
+            p.kueue.queue_name
+            for p in ok.pools.values()
+            if p.kueue is not None and p.kueue.queue_name
+        }
+    )
     launch = status.launch
     if launch is None:
         if children:
@@ -74,12 +88,21 @@ def plan_reads(
             decides,
             ok.spec.queue_name if decides else "",
             flavors if decides else [],
+            sites if decides else [],
+            decides,
         )
     if ok.spec.relaunch != launch.relaunch:
-        return PlanReads(names, True, True, ok.spec.queue_name, flavors)
+        return PlanReads(names, True, True, ok.spec.queue_name, flavors, sites, True)
     searches = needs_reevaluation(status, ok, pools)
     queue = launch.queue_name if not launch.complete else ""
-    return PlanReads(names if searches else [], searches, False, queue, flavors if queue else [])
+    return PlanReads(
+        names if searches else [],
+        searches,
+        False,
+        queue,
+        flavors if queue else [],
+        lighthouse=not launch.complete,
+    )
 
 
 # ---- the decision -----------------------------------------------------------------------------

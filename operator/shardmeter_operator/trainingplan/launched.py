@@ -16,9 +16,11 @@ from shardmeter_operator.api.conditions import Reason, Type, get_condition, set_
 from shardmeter_operator.decision import PlanInputs, PlanResult, Validated
 from shardmeter_operator.launch.children import children_to_create
 from shardmeter_operator.launch.follow import drift, follow
+from shardmeter_operator.launch.sites import follow_sites
 from shardmeter_operator.launch.workload import (
     follow_workload,
 )
+from shardmeter_operator.render.kueue import JOB_UID_LABEL
 from shardmeter_operator.render.labels import PLAN_REVISION_LABEL
 from shardmeter_operator.trainingplan.model import reevaluate
 from shardmeter_operator.trainingplan.planned import (
@@ -85,7 +87,22 @@ def follow_launched(inputs: PlanInputs, ok: Validated | None, out: PlanResult) -
     if ok is not None and needs_reevaluation(st, ok, inputs.pools):
         _reevaluate(inputs, ok, out)
     queued = follow_workload(generation, inputs.children, inputs.workloads, inputs.pools, out)
-    follow(generation, inputs.children, inputs.rejected, out, queued=queued)
+    waiting: dict[str, str] = {}
+    if st.launch is not None and st.launch.sites:
+        current = {
+            c["metadata"]["name"]: c
+            for c in inputs.children
+            if c.get("kind") == "JobSet"
+            and (c["metadata"].get("labels") or {}).get(PLAN_REVISION_LABEL) == st.launch.revision
+        }
+        by_owner = {
+            str((wl["metadata"].get("labels") or {}).get(JOB_UID_LABEL)): wl
+            for wl in inputs.workloads
+        }
+        waiting = follow_sites(
+            st, ok.spec if ok is not None else None, current, by_owner, generation, out
+        )
+    follow(generation, inputs.children, inputs.rejected, out, queued=queued, sites_waiting=waiting)
     out.followed = True
 
 

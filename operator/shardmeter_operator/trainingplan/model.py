@@ -11,6 +11,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from shardmeter.cost.coefficients import CoefficientsDocument
+from shardmeter.cost.quality import QualityEstimate
 from shardmeter.errors import spec_error_from_validation
 from shardmeter.plan.fixed import evaluate_fixed
 from shardmeter.plan.groups import IslandGroup
@@ -24,6 +25,7 @@ from shardmeter_operator.api import (
     FrontierPoint,
     GPUPoolSpec,
     IslandStatus,
+    PredictedQuality,
     Predictions,
     TrainingPlanSpec,
 )
@@ -74,6 +76,34 @@ def plan_request(
         raise spec_error_from_validation(exc, "spec") from exc
 
 
+def footprint(
+    energy_kwh: float,
+    co2_kg: float,
+    egress_gb: float,
+    egress_usd: float,
+    quality: QualityEstimate | None,
+    hours: float,
+    cost_usd: float,
+) -> dict[str, Any]:
+    """The predictions' energy, CO₂, egress and quality fields, rounded as status holds them
+    (egress only where there is some; quality for DiLoCo plans)."""
+    out: dict[str, Any] = {"energy_kwh": round(energy_kwh, 1), "co2_kg": round(co2_kg, 1)}
+    if egress_gb > 0:
+        out |= {"egress_gb": round(egress_gb, 1), "egress_usd": round(egress_usd, 2)}
+    if quality is not None:
+        f = quality.equivalent_token_factor
+        out["quality"] = PredictedQuality(
+            loss_penalty_vs_dp=round(quality.loss_penalty_vs_dp, 6),
+            loss_penalty_uncertainty=round(quality.loss_penalty_uncertainty, 6),
+            equivalent_token_factor=round(f, 4),
+            dp_equivalent_hours=round(hours * f, 4),
+            dp_equivalent_cost_usd=round(cost_usd * f, 2),
+            basis=quality.basis[:1024],
+            warnings=[w[:512] for w in quality.warnings[:16]],
+        )
+    return out
+
+
 @dataclass(frozen=True)
 class PlanOutcome:
     """The chosen plan as status pieces."""
@@ -120,6 +150,15 @@ def plan_outcome(
         mfu=round(c.mfu, 4),
         bottleneck=d.bottleneck,
         outer_step_blocking_seconds=round(blocking, 6),
+        **footprint(
+            c.energy_kwh,
+            c.co2_kg,
+            c.egress_gb,
+            c.egress_usd,
+            c.quality if request.strategy.is_diloco else None,
+            c.hours,
+            c.cost_usd,
+        ),
     )
     frontier = [
         FrontierPoint(
@@ -218,5 +257,14 @@ def reevaluate(
         mfu=round(ev.mfu, 4),
         bottleneck=bottleneck,
         outer_step_blocking_seconds=round(ev.blocking_s_per_outer_step, 6),
+        **footprint(
+            ev.energy_kwh,
+            ev.co2_kg,
+            ev.egress_gb,
+            ev.egress_usd,
+            ev.quality if request.strategy.is_diloco else None,
+            ev.hours,
+            ev.cost_usd,
+        ),
     )
     return Reevaluation(predictions, ev.blocking_s_per_outer_step, rec)

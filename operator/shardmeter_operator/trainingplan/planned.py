@@ -77,7 +77,7 @@ def record_launch(inputs: PlanInputs, ok: Validated, out: PlanResult) -> bool:
         generation=inputs.generation,
         complete=False,
         spec_digest=launch_digest(ok.spec),
-        **launch_record(inputs.name, kind, ok.spec),
+        **launch_record(inputs.name, kind, ok.spec, out.decided_sites, out.decided_restart),
     )
     return True
 

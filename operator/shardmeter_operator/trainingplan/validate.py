@@ -20,7 +20,12 @@ from shardmeter_operator.decision import PoolView, Validated
 from shardmeter_operator.render.island import validate_template
 from shardmeter_operator.trainingplan.model import PlanOutcome, plan_request
 
-ELSEWHERE = (Reason.WORKLOAD_UNAVAILABLE, Reason.QUEUE_NOT_FOUND, Reason.FLAVOR_MISMATCH)
+ELSEWHERE = (
+    Reason.WORKLOAD_UNAVAILABLE,
+    Reason.QUEUE_NOT_FOUND,
+    Reason.FLAVOR_MISMATCH,
+    Reason.MULTIKUEUE_MISCONFIGURED,
+)
 """Refusals whose fix lies outside the plan and its pools: such a plan is rechecked on
 every event (and every ``--recheck-interval``), also after the operator restarts."""
 

@@ -206,7 +206,7 @@ async def test_a_queue_without_kueue_is_invalid(tmp_path: Path) -> None:
         await apply(cluster, POOL, variant(PLAN, **QUEUED))
         status = await status_of(cluster, "trainingplans", NS, NAME, phase("Invalid"))
         assert condition(status, "Valid")["message"].startswith(
-            f"spec.queueName: is {QUEUE}, but the cluster does not serve kueue.x-k8s.io/v1beta1"
+            f"spec.queueName: is {QUEUE}, but the cluster does not serve kueue.x-k8s.io/v1beta2"
         )
         assert cluster.list("jobsets", NS) == []
 

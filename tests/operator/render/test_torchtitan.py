@@ -122,6 +122,7 @@ def check_island(
         d["fragmentSyncDelay"],
     )
     assert ft["process_group_timeout_ms"] >= 60_000
+    assert ft["should_quantize"] is False  # fp32 pseudo-gradients
     t = parsed["training"]
     dp = isl["nodes"] * isl["gpusPerNode"]
     assert parsed["parallelism"] == {
@@ -172,6 +173,9 @@ def test_every_case_study_island_parses_as_planned() -> None:
         {**spec1.model_dump(by_alias=True), "training": training}
     )
     (compiled,) = island_argvs(render(tuned, status1, check=True))[:1]
+    strategy = {**spec1.strategy.model_dump(by_alias=True), "outerPrecision": "fp8"}
+    fp8 = TrainingPlanSpec.model_validate({**spec1.model_dump(by_alias=True), "strategy": strategy})
+    (quantized,) = island_argvs(render(fp8, status1, check=True))[:1]
     # the same plan as a JobSet: one replicated Job per run of same-shaped islands (the plan's
     # pools in order); each pod's replica id is JobSet's job-global-index
     jobset_status = status2.model_copy(
@@ -198,7 +202,10 @@ def test_every_case_study_island_parses_as_planned() -> None:
     # expanded per pod from JobSet's annotations, every island's trainer gets exactly the
     # arguments its plain Job's pods get (and those parse as planned, below)
     assert argvs_js == argvs2  # every pod of every island
-    parsed = parse([*per_island2, *argvs1, compiled, rejected])
+    parsed = parse([*per_island2, *argvs1, compiled, quantized, rejected])
+    # outerPrecision fp8: torchft's row-wise FP8 all_reduce of the pseudo-gradients
+    assert parsed[-2]["fault_tolerance"]["should_quantize"] is True
+    del parsed[-2]
     assert (
         parsed[-2]["compile"] is True
         and parsed[-2]["activation_checkpoint"] == "SelectiveAC.Config"
