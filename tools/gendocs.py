@@ -177,6 +177,21 @@ def _metadata(field: Any) -> list[Any]:
     return out
 
 
+def _unit_bounds(validator: Any) -> str | None:
+    """The range of a unit-reading field (``"400 Gbit/s"``): its after-validator closes over
+    ``low``, ``high`` and the unit it shows them in (`shardmeter.spec.base`)."""
+    func = getattr(validator, "func", None)
+    code, cells = getattr(func, "__code__", None), getattr(func, "__closure__", None)
+    if code is None or cells is None:
+        return None
+    free = dict(zip(code.co_freevars, (c.cell_contents for c in cells), strict=True))
+    if not {"low", "high", "shown"} <= free.keys():
+        return None
+    from shardmeter.spec.base import _show
+
+    return f"{_show(free['low'], free['shown'])} to {_show(free['high'], free['shown'])}"
+
+
 def _range(field: Any) -> str:
     parts = []
     for m in _metadata(field):
@@ -194,6 +209,8 @@ def _range(field: Any) -> str:
             parts.append(f"at most {_num(m.max_length)} long")
         elif hasattr(m, "pattern") and isinstance(m.pattern, str):
             parts.append(f"matches `{m.pattern}`")
+        elif (bounds := _unit_bounds(m)) is not None:
+            parts.append(bounds)
     return ", ".join(dict.fromkeys(parts))
 
 
