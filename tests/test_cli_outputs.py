@@ -148,3 +148,13 @@ def test_time_limit_gives_a_proven_gap_never_an_exact_frontier(
     search_line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("search:"))
     assert "exact frontier" not in search_line and "proven gap ≤" in search_line
     assert "unknown" not in search_line
+
+
+def test_a_limit_shorter_than_building_the_space_says_so(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["plan", str(CASE), "--json", "--progress", "none", "--time-limit", "0.001"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["search"]["proven_optimal"] is False and 0 <= data["search"]["gap"] < 1
+    assert any(n.startswith("building the search space") for n in data["notes"])
+    assert data["files"] == {}
