@@ -12,7 +12,9 @@ from shardmeter.plan.schema import ObjectiveKind
 
 
 def _blocking(p: PlanSummary) -> str:
-    if p.sync_every <= 1 and p.fragments <= 1 and p.blocking_s_per_outer_step == 0:
+    if p.islands <= 1 or (
+        p.sync_every <= 1 and p.fragments <= 1 and p.blocking_s_per_outer_step == 0
+    ):
         return "-"
     return fmt.seconds(p.blocking_s_per_outer_step) if p.blocking_s_per_outer_step > 0 else "0"
 
@@ -223,6 +225,11 @@ def render_text(result: PlanResult, files: dict[str, str] | None = None, rows: i
         )
         if d.settings_reason:
             lines.append(f"settings: {d.settings_reason}")
+    elif d.diloco is not None:  # one island: no outer all_reduce, fragments or overlap
+        lines.append(
+            f"one island: its outer optimizer steps every {c.sync_every} inner steps "
+            "(syncEvery); nothing is exchanged between islands"
+        )
     lines += paper_reading(result)
     for note in out.notes:
         lines.append(f"note: {note}")
