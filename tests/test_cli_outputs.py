@@ -133,6 +133,7 @@ def test_paper_figure_and_diloco_lines_only_where_they_mean_something(
     assert "21.69" not in out and "within 99.0 %" not in out
     assert "chosen (min-cost): 1×" in out  # one island:
     assert "Streaming DiLoCo:" not in out and "outer-step overhead" not in out
+    assert "one island: its outer optimizer steps every" in out
     assert not (tmp_path / "out").exists(), "no files without --out"
     assert main(["plan", str(CASE), "--progress", "none"]) == 0
     out = capsys.readouterr().out
