@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 OUT    ?= out/case-study
 
-.PHONY: demo test check lint typecheck pytest crds bench clean tools
+.PHONY: demo test check lint typecheck pytest crds docs bench clean tools
 
 # Core install: the model, simulator, optimizer and CLI (no torch, no kopf).
 $(VENV)/.core: pyproject.toml
@@ -66,6 +66,11 @@ check: lint $(VENV)/.full tools
 
 crds: $(VENV)/.full
 	$(PY) -m shardmeter_operator.api.crdgen crds
+
+# docs/reference/*.md and the chart README's tables, from the models, values.yaml, the alerts
+# and the RBAC declaration (tests/test_docs.py fails when they drift).
+docs: $(VENV)/.full
+	$(PY) tools/gendocs.py docs/reference
 
 bench: $(VENV)/.core
 	$(PY) benchmarks/bench_simulator.py

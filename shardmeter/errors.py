@@ -21,10 +21,15 @@ class SpecError(ShardMeterError):
     """An input value is invalid. ``field`` is a dotted path such as ``model.hiddenSize`` (or
     a command-line flag); ``source`` the file it was read from, if any."""
 
-    def __init__(self, field: str, message: str, source: str = "") -> None:
+    def __init__(
+        self, field: str, message: str, source: str = "", problems: Sequence[str] = ()
+    ) -> None:
         self.field = field
         self.message = message
         self.source = source
+        self.problems = tuple(problems)
+        """Every problem found, one line each, the first the one the message names (for
+        ``--all-errors``; empty when there is only the one)."""
         where = ": ".join(p for p in (source, field) if p)
         super().__init__(f"{where}: {message}" if where else message)
 
@@ -354,7 +359,9 @@ def spec_error_from_validation(
         where = _Where(root, err["loc"], err["type"] == "extra_forbidden")
         key = where.path()
         groups.setdefault(key, (where, []))[1].append(err)
-    keys = list(groups)
+    # an unknown key first: a misspelt key (``gpusPerNod``) also makes the field it meant
+    # missing, and "did you mean" is the message that explains both
+    keys = sorted(groups, key=lambda k: groups[k][1][0]["type"] != "extra_forbidden")
     key = keys[0]
     # a union whose container branch (a list, a mapping) failed deeper: the user wrote that
     # container, so its inner error is the one that helps (``islands[0].stepS``, not
@@ -364,8 +371,15 @@ def spec_error_from_validation(
         key = deeper[0]
     where, errs = groups[key]
     message = _describe(errs, where)
-    more = sum(1 for k in keys if not (_under(k, key) or _under(key, k) or k == key))
-    if more:
-        message += f" (and {more} more problem{'s' if more > 1 else ''})"
-    field = ".".join(p for p in (prefix, key) if p).replace(".[", "[")
-    return SpecError(field, message, source)
+    others = [k for k in keys if not (_under(k, key) or _under(key, k) or k == key)]
+    full = ".".join(p for p in (prefix, key) if p).replace(".[", "[")
+    problems = [f"{full}: {message}"] + [
+        ".".join(p for p in (prefix, k) if p).replace(".[", "[")
+        + ": "
+        + _describe(groups[k][1], groups[k][0])
+        for k in others
+    ]
+    if others:
+        n = len(others)
+        message += f" (and {n} more problem{'s' if n > 1 else ''})"
+    return SpecError(full, message, source, problems if others else ())

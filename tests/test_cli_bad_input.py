@@ -359,7 +359,11 @@ FLAGS: list[tuple[list[str], str]] = [
     ),
     (
         ["predict", *SMALL, "--grad-reduce-bytes", "9"],
-        "argument --grad-reduce-bytes: must be between 1 and 8",
+        "argument --grad-reduce-bytes: must be 2 or 4 (got 9)",
+    ),
+    (
+        ["predict", *SMALL, "--grad-reduce-bytes", "3"],
+        "argument --grad-reduce-bytes: must be 2 or 4 (got 3)",
     ),
     (
         ["predict", *SMALL, "--network", '{"nicsPerNode": 8, "nicBandwidthBytesPerS": Infinity}'],

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
 import sys
 import tempfile
 from collections.abc import Callable, Mapping
@@ -22,16 +23,39 @@ EXIT_USAGE = 2
 
 
 class OneLineParser(argparse.ArgumentParser):
-    """argparse prints usage plus a message on errors; this prints one line and exits 2."""
+    """argparse prints usage plus a message on errors; this prints one line and exits 2.
+    Every subcommand takes ``--all-errors``."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if kwargs.get("add_help", True) and self.prog.count(" ") == 1:  # a subcommand
+            self.add_argument(
+                "--all-errors",
+                action="store_true",
+                help="on bad input, list every problem found (one per line), not only the first",
+            )
 
     def error(self, message: str) -> NoReturn:
         sys.stderr.write(f"{self.prog}: error: {message} (see --help)\n")
         raise SystemExit(EXIT_USAGE)
 
 
+_MARKUP = re.compile(r"``([^`]+)``|(?<![`\w])`([^`\s][^`]*)`(?![`\w])")
+"""Docstring markup: ``literal`` and `reference` (shown as their text)."""
+
+
+def plain(text: str) -> str:
+    """``text`` without docstring markup (double and single backquotes)."""
+    return _MARKUP.sub(lambda m: m.group(1) or m.group(2), text)
+
+
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
-    """Descriptions and examples as written, and every option's default at the end of its
-    help (unless the help already says it or there is none)."""
+    """Descriptions and examples as written (less docstring markup: help comes from module
+    and field docstrings), and every option's default at the end of its help (unless the
+    help already says it or there is none)."""
+
+    def format_help(self) -> str:
+        return plain(super().format_help())
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
         text = action.help or ""
@@ -82,6 +106,23 @@ def int_arg(low: int, high: int) -> Callable[[str], int]:
             raise argparse.ArgumentTypeError(
                 f"must be between {_shown(low)} and {_shown(high)} (got {text})"
             )
+        return value
+
+    parse.__name__ = "int"
+    return parse
+
+
+def int_choice_arg(values: tuple[int, ...]) -> Callable[[str], int]:
+    """An argparse type: one of the whole numbers ``values``."""
+    shown = " or ".join(str(v) for v in values)
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be {shown} (got {text!r})") from None
+        if value not in values:
+            raise argparse.ArgumentTypeError(f"must be {shown} (got {text})")
         return value
 
     parse.__name__ = "int"
@@ -203,5 +244,5 @@ def rename_fields(exc: SpecError, flags: Mapping[str, str]) -> SpecError:
     field = exc.field
     for name in sorted(flags, key=len, reverse=True):
         if field == name or field.startswith(name + "."):
-            return SpecError(flags[name], exc.message)
+            return SpecError(flags[name], exc.message, problems=exc.problems)
     return exc

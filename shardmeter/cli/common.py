@@ -284,3 +284,47 @@ def emit_json(payload: dict[str, Any]) -> None:
         json_ready(payload), sys.stdout, indent=2, sort_keys=False, default=str, allow_nan=False
     )
     sys.stdout.write("\n")
+
+
+# ---- memory and peaks, shared by predict and simulate -------------------------------------
+
+EXIT_DOES_NOT_FIT = 1
+"""``predict``/``simulate`` of a configuration that does not fit in GPU memory (without
+``--ignore-memory``)."""
+
+
+def add_ignore_memory_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--ignore-memory",
+        action="store_true",
+        help="print the times and throughput of a configuration that does not fit in GPU "
+        "memory as if it did (exit 0); without it such a configuration says so first, prints "
+        "no throughput and exits 1",
+    )
+
+
+def does_not_fit_line(memory: dict[str, Any], accumulation: int) -> str:
+    """The first line for a configuration that does not fit: how much it needs, how much
+    there is, and the micro-batch that would fit at this accumulation."""
+    most = memory["max_micro_batch_with_accumulation"]
+    hint = (
+        f"the largest micro-batch that fits at accumulation {accumulation} is {most}"
+        if most > 0
+        else "not even micro-batch 1 fits: more GPUs per island, activation checkpointing "
+        "or a shorter sequence"
+    )
+    return (
+        f"does not fit in memory: {memory['total_bytes'] / 2**30:.1f} GiB per GPU needed, "
+        f"{memory['capacity_bytes'] / 2**30:.1f} GiB usable; {hint}"
+    )
+
+
+def peak_flops(cm: CostModel) -> dict[str, Any]:
+    """The peak MFU is quoted against (dense bf16 for bf16 and fp8 training, as torchtitan
+    does; fp32 for fp32) and, for fp8 training, the GPU's dense fp8 peak beside it."""
+    gpu, precision = cm.gpu, cm.training.precision.value
+    basis = "fp32" if precision == "fp32" else "bf16"
+    out: dict[str, Any] = {"basis": basis, basis: cm.peak_flop_per_s}
+    if precision == "fp8" and gpu.peak_fp8_flop_per_s is not None:
+        out["fp8"] = gpu.peak_fp8_flop_per_s
+    return out

@@ -1,4 +1,4 @@
-"""Entry point of the ``shardmeter`` command.
+"""Entry point of the shardmeter command.
 
 One error path for every subcommand: a user's mistake — a flag out of range, a plan file
 that is not UTF-8, nests too deeply or holds a bad value, an output path that cannot be
@@ -30,8 +30,10 @@ def build_parser() -> argparse.ArgumentParser:
         prog="shardmeter",
         description="Predict, simulate and plan FSDP / DiLoCo / Streaming DiLoCo training.",
         formatter_class=HelpFormatter,
-        epilog="Exit status: 0 success, 2 bad input (one line on stderr naming the flag or "
-        "the file and key), 130 interrupted, 141 the reader of stdout went away (| head).",
+        epilog="Exit status: 0 success, 1 the configuration does not fit in GPU memory (predict, "
+        "simulate; see --ignore-memory), 2 bad input (one line on stderr naming the flag or "
+        "the file and key; --all-errors lists every problem), 130 interrupted, 141 the reader "
+        "of stdout went away (| head).",
     )
     parser.add_argument("--version", action="version", version=f"shardmeter {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
@@ -41,8 +43,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _error(command: str, exc: Exception) -> int:
+def _error(command: str, exc: Exception, all_errors: bool = False) -> int:
+    """One line naming the field (with ``--all-errors`` and several problems, one line
+    each), exit 2."""
+    problems = getattr(exc, "problems", ())
+    if all_errors and problems:
+        source = getattr(exc, "source", "")
+        for problem in problems:
+            line = " ".join(f"{source}: {problem}".split() if source else problem.split())
+            sys.stderr.write(f"shardmeter {command}: error: {line}\n")
+        return EXIT_USAGE
     message = " ".join(str(exc).split())  # one line, whatever the message held
+    if problems and message.endswith(")"):  # "… (and 3 more problems)"
+        message = message[:-1] + "; --all-errors lists them)"
     sys.stderr.write(f"shardmeter {command}: error: {message}\n")
     return EXIT_USAGE
 
@@ -61,11 +74,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         _discard_stdout()
         return EXIT_BROKEN_PIPE
     except SpecError as exc:
-        return _error(args.command, rename_fields(exc, args.flags))
+        return _error(args.command, rename_fields(exc, args.flags), args.all_errors)
     except ShardMeterError as exc:
         return _error(args.command, exc)
     except ValidationError as exc:
-        return _error(args.command, spec_error_from_validation(exc))
+        return _error(args.command, spec_error_from_validation(exc), args.all_errors)
     except KeyboardInterrupt:
         sys.stderr.write("interrupted\n")
         return 130

@@ -1,6 +1,7 @@
-"""``shardmeter plan FILE``: search island layouts, micro-batch/accumulation and Streaming
-DiLoCo settings for a plan file; print the frontier and the chosen plan; write the frontier
-plot (Fig. 7), the top-20 chart (Fig. 8), and the chosen plan's timeline and trace."""
+"""shardmeter plan FILE: search island layouts, micro-batch/accumulation and Streaming
+DiLoCo settings for a plan file; print the frontier and the chosen plan; with --out, write
+the frontier plot (Fig. 7), the top-20 chart (Fig. 8), and the chosen plan's timeline and
+trace (nothing is written without --out)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import argparse
 import json
 import math
 import sys
+import time
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -29,7 +31,13 @@ from shardmeter.output.plan_text import render_text
 from shardmeter.output.sim_plots import plot_timeline
 from shardmeter.output.trace import write_trace
 from shardmeter.plan.bnb import Progress, ProgressCallback
-from shardmeter.plan.result import PlanResult, build_result, top_by_throughput
+from shardmeter.plan.result import (
+    PlanResult,
+    build_result,
+    summarise,
+    top_by_throughput,
+    top_indices,
+)
 from shardmeter.plan.schema import ObjectiveKind, PlanSpec, load_plan
 from shardmeter.plan.search import search
 
@@ -41,8 +49,8 @@ OUTPUT_FILES = ("frontier.png", "top20.png", "timeline.png", "trace.json")
 """What ``plan`` writes into ``--out``."""
 
 EXAMPLES = """examples:
-  shardmeter plan examples/case-study.yaml                      # pictures in out/case-study/
-  shardmeter plan examples/case-study.yaml --json --no-files --time-limit 30
+  shardmeter plan examples/case-study.yaml --out out/case-study  # tables and pictures
+  shardmeter plan examples/case-study.yaml --json --time-limit 30
   shardmeter plan examples/trainingplan.yaml --pool-file examples/gpupool-cluster-a.yaml \\
                   --pool-file examples/gpupool-cluster-b.yaml --out /tmp/plan
 """
@@ -67,10 +75,12 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--out",
         metavar="DIR",
-        help="folder for " + ", ".join(OUTPUT_FILES) + ", checked before the search "
-        "(default: out/<file name>)",
+        help="write " + ", ".join(OUTPUT_FILES) + " into this folder, checked before the "
+        "search (default: write no files)",
     )
-    p.add_argument("--no-files", action="store_true", help="write no pictures or trace")
+    p.add_argument(  # files are written only with --out; kept so older scripts still run
+        "--no-files", action="store_true", help=argparse.SUPPRESS
+    )
     p.add_argument(
         "--colour-by",
         choices=["none", "co2"],
@@ -89,8 +99,10 @@ def add_parser(sub: Any) -> None:
         "--time-limit",
         type=float_arg(0, MAX_TIME_LIMIT_S, low_open=True, unit=" seconds"),
         metavar="S",
-        help="stop the search after S seconds (> 0, ≤ a week) with the best plan found and its "
-        "proven gap (default: search to the end)",
+        help="stop after S seconds (> 0, ≤ a week), counted from reading the plan file and "
+        "including building the search space, with the best plan found and its proven gap; "
+        "a limit shorter than building the space (each island shape simulated once, about a "
+        "second for the case study) stops right after it (default: search to the end)",
     )
     p.add_argument(
         "--progress",
@@ -182,6 +194,7 @@ def plan_file(
 ) -> PlanResult:
     if time_limit_s is not None and not 0 < time_limit_s <= MAX_TIME_LIMIT_S:
         raise SpecError("--time-limit", f"must be > 0 and ≤ {MAX_TIME_LIMIT_S:g} seconds")
+    started = time.monotonic()  # the limit counts from here: reading the files is part of it
     spec, base = load_plan(path, pool_files or [])
     docs = load_coefficients(spec, base)
     mode = progress
@@ -192,7 +205,10 @@ def plan_file(
         bar if bar is not None else JsonProgress(sys.stderr) if mode == "json" else None
     )
     try:
-        out = search(spec, docs, progress=callback, time_limit_s=time_limit_s)
+        remaining = None
+        if time_limit_s is not None:
+            remaining = max(1e-9, time_limit_s - (time.monotonic() - started))
+        out = search(spec, docs, progress=callback, time_limit_s=remaining)
     finally:
         if bar is not None:
             bar.close()
@@ -201,6 +217,7 @@ def plan_file(
 
 def write_files(result: PlanResult, folder: Path, colour_by: str = "none") -> dict[str, str]:
     out = result.output
+    top = top_indices(result, 20)
     title = f"{out.spec.model.name} — {out.spec.strategy.kind.value}"
     obj = out.spec.objective
     fraction = obj.throughput_fraction if obj.kind is ObjectiveKind.THROUGHPUT_FRACTION else None
@@ -219,14 +236,20 @@ def write_files(result: PlanResult, folder: Path, colour_by: str = "none") -> di
         ),
         "top20": str(
             plot_top(
-                top_by_throughput(result, 20),
+                [summarise(out, out.evaluated, i) for i in top],
                 folder / "top20.png",
-                f"{title}: the 20 highest-throughput plans\n{s.plans} plans within "
-                f"{s.throughput_fraction:.0%} of the best throughput cost USD {s.min_cost_usd:,.0f}"
-                f" to {s.max_cost_usd:,.0f} ({s.spread:.1%} spread); the chosen plan saves "
-                f"{result.saving_vs_fastest:.1%} against the fastest",
+                f"{title}: the {len(top)} highest-throughput plans (ties in the canonical order)"
+                + (
+                    f"\n{s.plans} plans within {s.throughput_fraction:.0%} of the best throughput "
+                    f"cost USD {s.min_cost_usd:,.0f} to {s.max_cost_usd:,.0f} ({s.spread:.1%} "
+                    f"spread); the chosen plan saves {result.saving_vs_fastest:.1%} against the "
+                    "fastest"
+                    if fraction is not None
+                    else f"\nchosen by {obj.kind.value}"
+                ),
                 result.chosen,
-                fraction if fraction is not None else s.throughput_fraction,
+                fraction,
+                top.index(out.chosen) if out.chosen in top else None,
             )
         ),
     }
@@ -251,8 +274,8 @@ def write_files(result: PlanResult, folder: Path, colour_by: str = "none") -> di
 
 def run(args: argparse.Namespace) -> int:
     folder = None
-    if not args.no_files:
-        folder = Path(args.out) if args.out else Path("out") / Path(args.file).stem
+    if args.out:  # files only when asked for
+        folder = Path(args.out)
         check_output_folder(folder, "--out", OUTPUT_FILES)
     result = plan_file(args.file, args.progress, args.pool_file, args.time_limit)
     files: dict[str, str] = {}

@@ -1,5 +1,8 @@
-"""``shardmeter predict``: per-unit compute, collectives, memory, FLOPs and MFU for one
-island shape."""
+"""shardmeter predict: per-unit compute, collectives, memory, FLOPs and MFU for one
+island shape.
+
+A shape that does not fit in GPU memory says so first and prints no step time or throughput
+(exit 1), unless --ignore-memory asks for the figures as if it fitted."""
 
 from __future__ import annotations
 
@@ -7,7 +10,16 @@ import argparse
 from typing import Any
 
 from shardmeter.cli.args import HelpFormatter, int_arg
-from shardmeter.cli.common import MODEL_POOL_FLAGS, add_model_pool_args, build_cost_model, emit_json
+from shardmeter.cli.common import (
+    EXIT_DOES_NOT_FIT,
+    MODEL_POOL_FLAGS,
+    add_ignore_memory_flag,
+    add_model_pool_args,
+    build_cost_model,
+    does_not_fit_line,
+    emit_json,
+    peak_flops,
+)
 from shardmeter.cost.energy import co2_kg, facility_kwh, gpu_power_watts, islands_facility_watts
 from shardmeter.cost.model import CostModel
 from shardmeter.cost.stragglers import straggler_factor
@@ -38,6 +50,7 @@ def add_parser(sub: Any) -> None:
         metavar="A",
         help=f"micro-steps per optimizer step (1–{MAX_ACCUMULATION:,})",
     )
+    add_ignore_memory_flag(p)
     p.set_defaults(run=run, flags=MODEL_POOL_FLAGS)
 
 
@@ -110,9 +123,10 @@ def prediction(
             "fits": mem.fits,
             "max_micro_batch": cm.max_micro_batch(ranks, gpus_per_node=gpus_per_node),
             "max_micro_batch_with_accumulation": cm.max_micro_batch(
-                ranks, accumulation=2, gpus_per_node=gpus_per_node
+                ranks, accumulation=accumulation, gpus_per_node=gpus_per_node
             ),
         },
+        "peak_flop_per_s": peak_flops(cm),
         "flops_per_micro_step_per_gpu": flops,
         "compute_s_per_micro_step": compute,
         "mfu_compute_only": flops / (compute * cm.peak_flop_per_s),
@@ -156,7 +170,10 @@ def render(p: dict[str, Any]) -> str:
         options.append(f"accumulation {p['accumulation']} ({p['gradient_sync']} gradient sync)")
     if p["power_cap_watts"] is not None:
         options.append(f"power cap {p['power_cap_watts']:g} W (clock ×{p['clock_fraction']:.2f})")
-    lines = [
+    lines = [] if p["memory"]["fits"] else [does_not_fit_line(p["memory"], p["accumulation"])]
+    if not p["memory"]["fits"] and "step" in p:
+        lines.append("(--ignore-memory: the figures below are as if it fitted; it would not run)")
+    lines += [
         f"{p['model']['name']} ({fmt.si(p['model']['total_params'])} params) on "
         f"{isl['nodes']}×{isl['gpus_per_node']} {p['gpu']}, seq {p['seq_len']}, micro-batch "
         f"{p['micro_batch']}, " + ", ".join(options),
@@ -207,18 +224,20 @@ def render(p: dict[str, Any]) -> str:
         )
     ]
     lines.append(fmt.table(["component", "bytes"], mem_rows))
+    lines.append(max_micro_batch_line(mem, p["accumulation"]))
+    if "step" not in p:  # does not fit: no figures as if it ran
+        return "\n".join(lines)
+    peak = p["peak_flop_per_s"]
     lines += [
-        f"fits: {'yes' if mem['fits'] else 'NO'}; max micro-batch {mem['max_micro_batch']} "
-        f"(with gradient accumulation {mem['max_micro_batch_with_accumulation']})",
         "",
         f"optimizer step: {fmt.seconds(p['optimizer_step_s'])}",
         f"model FLOPs per GPU per micro-step: {fmt.si(p['flops_per_micro_step_per_gpu'], 'FLOP')}",
         f"compute per micro-step: {fmt.seconds(p['compute_s_per_micro_step'])}; "
-        f"MFU (compute only, no communication): {fmt.percent(p['mfu_compute_only'])}",
+        f"MFU (compute only, no communication): {fmt.mfu(p['mfu_compute_only'], peak)}",
         "",
         f"simulated step: {fmt.seconds(p['step']['step_s'])}, "
         f"{p['step']['tokens_per_s_per_gpu']:,.0f} tokens/s per GPU, "
-        f"MFU {fmt.percent(p['step']['mfu'])}, {p['step']['bottleneck']}",
+        f"MFU {fmt.mfu(p['step']['mfu'], peak)}, {p['step']['bottleneck']}",
         f"  {p['step']['evidence']}; slowest of {isl['ranks']} GPUs: "
         f"×{p['step']['straggler_factor']:.3f}",
     ]
@@ -237,11 +256,53 @@ def render(p: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def max_micro_batch_line(mem: dict[str, Any], accumulation: int) -> str:
+    """Whether it fits, and the largest micro-batch that does at accumulation 1 and at the
+    accumulation asked for (the accumulated gradients take memory of their own)."""
+    line = f"fits: {'yes' if mem['fits'] else 'NO'}; max micro-batch {mem['max_micro_batch']}"
+    if accumulation > 1:
+        line += (
+            f" without gradient accumulation, {mem['max_micro_batch_with_accumulation']} "
+            f"with gradient accumulation {accumulation}"
+        )
+    return line
+
+
+def without_step(p: dict[str, Any]) -> dict[str, Any]:
+    """The prediction of a shape that does not fit: what it is and its memory, nothing that
+    reads as if it ran (times, throughput, MFU, power)."""
+    kept = (
+        "model",
+        "gpu",
+        "island",
+        "seq_len",
+        "micro_batch",
+        "accumulation",
+        "precision",
+        "activation_checkpointing",
+        "gradient_sync",
+        "torch_compile",
+        "sharding",
+        "power_cap_watts",
+        "clock_fraction",
+        "coefficients_source",
+        "units",
+        "collectives",
+        "memory",
+    )
+    out = {k: p[k] for k in kept}
+    out["error"] = does_not_fit_line(p["memory"], p["accumulation"])
+    return out
+
+
 def run(args: argparse.Namespace) -> int:
     cm = build_cost_model(args)
     result = prediction(cm, args.nodes, args.gpus_per_node, args.micro_batch, args.accumulation)
+    fits = bool(result["memory"]["fits"])
+    if not fits and not args.ignore_memory:
+        result = without_step(result)
     if args.json:
         emit_json(result)
     else:
         print(render(result))
-    return 0
+    return 0 if fits or args.ignore_memory else EXIT_DOES_NOT_FIT

@@ -1,6 +1,9 @@
-"""``shardmeter simulate``: simulate an FSDP step of one island shape and, for DiLoCo
+"""shardmeter simulate: simulate an FSDP step of one island shape and, for DiLoCo
 strategies, the outer level across identical islands — from the cost model or from an
-explicit durations file (what-if analysis)."""
+explicit durations file (what-if analysis; examples/what-if.yaml).
+
+From the cost model the island is checked against GPU memory first: a configuration that
+does not fit says so and prints no step (exit 1), unless --ignore-memory."""
 
 from __future__ import annotations
 
@@ -15,7 +18,16 @@ from shardmeter.cli.args import (
     int_arg,
     writing,
 )
-from shardmeter.cli.common import MODEL_POOL_FLAGS, add_model_pool_args, build_cost_model, emit_json
+from shardmeter.cli.common import (
+    EXIT_DOES_NOT_FIT,
+    MODEL_POOL_FLAGS,
+    add_ignore_memory_flag,
+    add_model_pool_args,
+    build_cost_model,
+    does_not_fit_line,
+    emit_json,
+    peak_flops,
+)
 from shardmeter.cli.specflags import SpecFlag, add_spec_flags, flag_names, spec_values
 from shardmeter.cost.energy import co2_kg, facility_kwh, gpu_power_watts, islands_facility_watts
 from shardmeter.cost.model import CostModel
@@ -52,7 +64,7 @@ EXAMPLES = """examples:
   shardmeter simulate --model llama-3.2-1b --gpu a100 --seq-len 4096 --accumulation 4
   shardmeter simulate --model llama-3.2-1b --gpu a100 --seq-len 4096 --strategy streaming-diloco \\
                       --islands 4 --outer-link wan-10g-30ms --png t.png --trace t.json
-  shardmeter simulate --durations what-if.yaml --rounds 5 --json
+  shardmeter simulate --durations examples/what-if.yaml --rounds 5 --json
 """
 
 STRATEGY_FLAGS = (
@@ -131,8 +143,8 @@ def add_parser(sub: Any) -> None:
     s.add_argument(
         "--durations",
         metavar="FILE",
-        help="explicit task durations (YAML/JSON, see shardmeter.sim.whatif) instead of the "
-        "cost model",
+        help="explicit task durations (YAML/JSON, snake_case or camelCase keys; "
+        "examples/what-if.yaml) instead of the cost model",
     )
     o = p.add_argument_group("outputs (checked before anything is simulated)")
     o.add_argument("--trace", metavar="FILE.json", help="write a Chrome/Perfetto trace JSON here")
@@ -142,6 +154,7 @@ def add_parser(sub: Any) -> None:
         metavar="FILE.png",
         help="write a micro-batch sweep PNG here (cost-model mode)",
     )
+    add_ignore_memory_flag(p)
     p.set_defaults(run=run, flags={**MODEL_POOL_FLAGS, **FLAGS})
 
 
@@ -227,13 +240,28 @@ def _diloco_dict(res: DiLoCoResult, choice: SettingsChoice | None, link: str) ->
 
 
 def _render(p: dict[str, Any]) -> str:
+    if "step" not in p:  # does not fit: what was asked and its memory, no step
+        m = p["memory"]
+        return "\n".join(
+            [
+                p["error"],
+                p["title"],
+                f"memory per GPU: {fmt.gib(m['total_bytes'])} of {fmt.gib(m['capacity_bytes'])}"
+                f"; max micro-batch {m['max_micro_batch_with_accumulation']} at accumulation "
+                f"{p['accumulation']} (see shardmeter predict for the breakdown)",
+            ]
+        )
     st = p["step"]
     lines = [p["title"], ""]
+    if p.get("memory_fits") is False:
+        lines[0:0] = [
+            "(--ignore-memory: does not fit in GPU memory; the figures below are as if it did)"
+        ]
     head = f"step: {fmt.seconds(st['step_s'])}"
     if st["tokens_per_s"]:
         head += f"; {fmt.si(st['tokens_per_step'])} tokens/step → {fmt.si(st['tokens_per_s'])} tokens/s per island"
     if st["mfu"] is not None:
-        head += f"; MFU {fmt.percent(st['mfu'])}"
+        head += f"; MFU {fmt.mfu(st['mfu'], p['peak_flop_per_s'])}"
     lines += [
         head,
         f"bottleneck: {st['bottleneck']} — {st['evidence']}",
@@ -324,20 +352,41 @@ def _from_cost_model(args: argparse.Namespace) -> dict[str, Any]:
     strategy = _strategy(args)
     cm = build_cost_model(args)
     shape = IslandShape(args.nodes, args.gpus_per_node)
+    title = (
+        f"{cm.model.name} on {shape} {cm.gpu.name} ({cm.coefficients.source.value} coefficients), "
+        f"seq {cm.training.seq_len_tokens}, micro-batch {args.micro_batch} × accumulation {args.accumulation}"
+    )
+    mem = cm.memory(
+        shape.ranks, args.micro_batch, args.accumulation, gpus_per_node=shape.gpus_per_node
+    )
+    memory = {
+        **mem.as_dict(),
+        "fits": mem.fits,
+        "max_micro_batch_with_accumulation": cm.max_micro_batch(
+            shape.ranks, args.accumulation, gpus_per_node=shape.gpus_per_node
+        ),
+    }
+    if not mem.fits and not args.ignore_memory:
+        return {
+            "title": title,
+            "error": does_not_fit_line(memory, args.accumulation),
+            "accumulation": args.accumulation,
+            "memory": memory,
+            "memory_fits": False,
+        }
     model = IslandStepModel(cm, shape, args.micro_batch, args.max_inflight)
     step = model.simulate(args.accumulation)
     tokens = model.tokens_per_step(args.accumulation)
     payload: dict[str, Any] = {
-        "title": f"{cm.model.name} on {shape} {cm.gpu.name} ({cm.coefficients.source.value} coefficients), "
-        f"seq {cm.training.seq_len_tokens}, micro-batch {args.micro_batch} × accumulation {args.accumulation}",
+        "title": title,
         "step": _step_dict(step, tokens, model.mfu(args.accumulation)),
+        "peak_flop_per_s": peak_flops(cm),
         "strategy": strategy.kind.value,
         "islands": args.islands,
         "_schedule": step.schedule,
         "_inner": step,
-        "memory_fits": cm.memory(
-            shape.ranks, args.micro_batch, args.accumulation, gpus_per_node=shape.gpus_per_node
-        ).fits,
+        "memory_fits": mem.fits,
+        "memory": memory,
     }
     if strategy.is_diloco:
         link: OuterLink
@@ -429,6 +478,12 @@ def _add_footprint(
 def run(args: argparse.Namespace) -> int:
     _check_outputs(args)
     payload = _from_durations(args) if args.durations else _from_cost_model(args)
+    if "step" not in payload:  # does not fit in memory: nothing simulated, nothing written
+        if args.json:
+            emit_json(payload)
+        else:
+            print(_render(payload))
+        return EXIT_DOES_NOT_FIT
     schedule = payload.pop("_schedule")
     inner = payload.pop("_inner")
     diloco: DiLoCoResult | None = payload.pop("_diloco", None)

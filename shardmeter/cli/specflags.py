@@ -14,7 +14,7 @@ from typing import Any, Literal, get_args, get_origin
 
 from pydantic import BaseModel
 
-from shardmeter.cli.args import field_bounds, int_arg, int_or_auto_arg
+from shardmeter.cli.args import field_bounds, int_arg, int_choice_arg, int_or_auto_arg
 
 
 @dataclass(frozen=True)
@@ -81,6 +81,11 @@ def add_spec_flags(
         if info.annotation is bool:
             kwargs["action"] = argparse.BooleanOptionalAction
             kwargs.pop("metavar")
+        elif get_origin(info.annotation) is Literal and all(
+            type(a) is int for a in get_args(info.annotation)
+        ):  # whole numbers from a short list (gradReduceBytes: 2 | 4)
+            kwargs["type"] = int_choice_arg(tuple(get_args(info.annotation)))
+            kwargs["metavar"] = f.metavar or "|".join(choices or [])
         elif choices is not None and not _is_int_or_auto(info.annotation):
             kwargs["metavar"] = f.metavar or "|".join(choices)
         elif _is_int_or_auto(info.annotation):

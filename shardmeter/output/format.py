@@ -75,3 +75,15 @@ def table(
     lines = [fmt(cells[0]), "  ".join("-" * w for w in widths)]
     lines += [fmt(r) for r in cells[1:]]
     return "\n".join(lines)
+
+
+def mfu(value: float, peak: dict[str, float | str]) -> str:
+    """MFU with the peak it is quoted against: '64.8 % of the dense bf16 peak (989 TFLOP/s)';
+    for fp8 training the share of the dense fp8 peak beside it."""
+    basis = str(peak["basis"])
+    base = float(peak[basis])
+    text = f"{percent(value)} of the dense {basis} peak ({si(base, 'FLOP/s')})"
+    if "fp8" in peak:
+        fp8 = float(peak["fp8"])
+        text += f", {percent(value * base / fp8)} of the fp8 peak ({si(fp8, 'FLOP/s')})"
+    return text

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from shardmeter.plan.result import PlanResult, PlanSummary
+from shardmeter.plan.result import TIE_BREAK, PlanResult, PlanSummary
 
 
 def result_dict(
@@ -39,6 +39,7 @@ def result_dict(
         "fastest": result.fastest.as_dict(),
         "saving_vs_fastest": result.saving_vs_fastest,
         "within_throughput_fraction": {**asdict(spread), "spread": spread.spread},
+        "tie_break": TIE_BREAK,
         "objective": out.spec.objective.model_dump(),
         "guard_rails": {
             "max_sync_every": out.spec.strategy.max_sync_every,

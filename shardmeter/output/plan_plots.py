@@ -92,10 +92,14 @@ def plot_top(
     title: str = "",
     chosen: PlanSummary | None = None,
     throughput_fraction: float | None = None,
+    chosen_position: int | None = None,
 ) -> Path:
-    """The paper's Fig. 8: the highest-throughput plans (best first) as bars of tokens/s with
-    their cost as a line. Bars within ``throughput_fraction`` of the best are dark, the rest
-    light; a dashed line marks the fraction; the chosen plan is starred."""
+    """The paper's Fig. 8: the highest-throughput plans (best first, ties in the canonical
+    order) as labelled bars of tokens/s with their cost as a line. With ``throughput_fraction``
+    bars within it of the best are dark, the rest light, and a dashed line marks it; the
+    chosen plan (``chosen_position``, else the first bar with its layout) is starred. The axis
+    starts near the plans, as the paper's does, but never at the best value: plans that all
+    tie keep visible bars and the dashed line on the chart."""
     plt = pyplot()
     n = len(plans)
     fig, ax = plt.subplots(figsize=(max(8, 0.55 * n + 3), 5.5), layout="constrained")
@@ -110,32 +114,53 @@ def plot_top(
         if throughput_fraction
         else "throughput (tokens/s)"
     )
-    ax.bar(x, tps, color=colors, label=label)
+    bars = ax.bar(x, tps, color=colors, label=label)
+    if n:
+        ax.bar_label(bars, labels=[_si(v) for v in tps], rotation=90, fontsize=6, padding=2)
     if throughput_fraction:
         ax.axhline(floor, color="#555555", linestyle="--", linewidth=1)
-    lo = float(tps.min()) if n else 0.0
-    if n and lo > 0:  # start the axis near the plans, as the paper does
-        ax.set_ylim(bottom=max(0.0, lo - 0.15 * (best - lo + 1e-9 * best)))
+    if n and best > 0:
+        lo = float(tps.min())
+        if throughput_fraction:
+            lo = min(lo, floor)
+        span = max(best - lo, 0.02 * best)  # all tied: a band of 2 % of the best
+        ax.set_ylim(bottom=max(0.0, lo - 0.25 * span), top=best + 0.2 * span)
     ax.set_ylabel("throughput (tokens/s; axis not from zero)")
-    ax.set_xticks(x, [p.label for p in plans], rotation=60, ha="right", fontsize=7)
+    ax.set_xticks(
+        x, [f"{i + 1}. {p.label}" for i, p in enumerate(plans)], rotation=60, ha="right", fontsize=7
+    )
     ax2 = ax.twinx()
     costs = [p.rank_cost_usd for p in plans]
     ax2.plot(x, costs, "-o", color="#ff7f0e", markersize=4, label="cost (USD)")
     if chosen is not None:
-        idx = [i for i, p in enumerate(plans) if p.layout == chosen.layout]
-        if idx:
+        if chosen_position is None:
+            chosen_position = next(
+                (i for i, p in enumerate(plans) if p.layout == chosen.layout), None
+            )
+        if chosen_position is not None:
             ax2.scatter(
-                idx,
-                [costs[i] for i in idx],
+                [chosen_position],
+                [costs[chosen_position]],
                 s=180,
                 marker="*",
                 color="#2ca02c",
                 zorder=5,
-                label=f"chosen: {chosen.label}",
+                label=f"chosen: {chosen_position + 1}. {chosen.label}",
             )
+    if n:
+        clo, chi = min(costs), max(costs)
+        cspan = max(chi - clo, 0.02 * chi)
+        ax2.set_ylim(bottom=max(0.0, clo - 0.25 * cspan), top=chi + 0.25 * cspan)
     ax2.set_ylabel("cost (USD)")
     handles = ax.get_legend_handles_labels()[0] + ax2.get_legend_handles_labels()[0]
     fig.legend(handles=handles, fontsize=8, loc="outside upper right", ncol=2, frameon=False)
     if title:
         ax.set_title(title, fontsize=10)
     return save_figure(fig, path)
+
+
+def _si(value: float) -> str:
+    for factor, prefix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= factor:
+            return f"{value / factor:.4g} {prefix}"
+    return f"{value:.4g}"

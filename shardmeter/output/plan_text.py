@@ -7,11 +7,14 @@ from __future__ import annotations
 import math
 
 from shardmeter.output import format as fmt
-from shardmeter.plan.result import PlanResult, PlanSummary
+from shardmeter.plan.result import TIE_BREAK, PlanResult, PlanSummary
+from shardmeter.plan.schema import ObjectiveKind
 
 
 def _blocking(p: PlanSummary) -> str:
-    if p.sync_every <= 1 and p.fragments <= 1 and p.blocking_s_per_outer_step == 0:
+    if p.islands <= 1 or (
+        p.sync_every <= 1 and p.fragments <= 1 and p.blocking_s_per_outer_step == 0
+    ):
         return "-"
     return fmt.seconds(p.blocking_s_per_outer_step) if p.blocking_s_per_outer_step > 0 else "0"
 
@@ -102,18 +105,21 @@ def footprint_lines(c: PlanSummary) -> list[str]:
 
 
 def search_line(result: PlanResult) -> str:
+    """How the search went: what was scored and whether the optimum is proven (or, stopped by
+    ``--time-limit``, the proven gap)."""
     s = result.output.stats
-    verdict = {
-        "exhaustive": "every layout scored (exact frontier)",
-        "frontier": "exact Pareto frontier by branch and bound",
-        "objective": "branch and bound",
-    }[s.mode]
+    if s.mode == "exhaustive" and s.proven:
+        verdict = "every layout scored (exact frontier)"
+    elif s.mode == "frontier":
+        verdict = "Pareto frontier by branch and bound" + (" (exact)" if s.proven else "")
+    else:
+        verdict = "branch and bound"
     if s.proven:
-        proof = "optimum proven" if s.mode != "exhaustive" else "optimum exact"
+        proof = "optimum exact" if s.mode == "exhaustive" else "optimum proven"
     elif s.gap is not None and math.isfinite(s.gap):
         proof = f"time limit reached: best found, proven gap ≤ {fmt.percent(s.gap)}"
     else:
-        proof = "time limit reached: best found, gap unknown"
+        proof = "time limit reached: best found, no bound proven yet"
     return (
         f"search: {verdict}; {s.candidates_evaluated:,} plans scored in {s.seconds:.2f} s, "
         f"{s.frontier_size} on the Pareto frontier; {proof}"
@@ -151,6 +157,7 @@ def render_text(result: PlanResult, files: dict[str, str] | None = None, rows: i
             else "by the figures for the requested tokens (objective.qualityAdjusted: false)"
         )
         + (f"; CO₂e budget {fmt.mass(obj.co2_budget_kg)}" if obj.co2_budget_kg else ""),
+        f"ties: {TIE_BREAK}",
         "",
         "Pareto frontier (fastest first):",
         plans_table(result.frontier[:rows], c),
@@ -188,15 +195,23 @@ def render_text(result: PlanResult, files: dict[str, str] | None = None, rows: i
             "llrrrr",
         )
     )
+    multi = c.islands > 1  # DiLoCo settings and outer steps exist only between islands
     lines += [
-        f"global batch {c.global_batch_tokens:,} tokens per inner step; inner step {fmt.seconds(c.step_s)} "
-        f"(with outer-step overhead {fmt.seconds(c.effective_step_s)})",
+        f"global batch {c.global_batch_tokens:,} tokens per inner step; inner step {fmt.seconds(c.step_s)}"
+        + (f" (with outer-step overhead {fmt.seconds(c.effective_step_s)})" if multi else ""),
         f"{fmt.si(c.tokens_per_s)} tokens/s, {c.hours:,.1f} h, {fmt.usd(c.cost_usd)} ({fmt.usd(c.usd_per_hour)}/h), "
-        f"MFU {fmt.percent(c.mfu)}",
+        f"MFU {fmt.percent(c.mfu)} of the GPUs' dense "
+        + ("fp32" if spec.training.precision.value == "fp32" else "bf16")
+        + " peak"
+        + (
+            " (fp8 training: float8 matmuls run against a peak up to 2× that)"
+            if spec.training.precision.value == "fp8"
+            else ""
+        ),
         f"bottleneck: {d.bottleneck} — {d.evidence}",
         *footprint_lines(c),
     ]
-    if d.diloco is not None:
+    if d.diloco is not None and multi:
         r = d.diloco
         lines.append(
             f"Streaming DiLoCo: syncEvery {c.sync_every}, fragments {c.fragments}, fragmentSyncDelay "
@@ -210,6 +225,11 @@ def render_text(result: PlanResult, files: dict[str, str] | None = None, rows: i
         )
         if d.settings_reason:
             lines.append(f"settings: {d.settings_reason}")
+    elif d.diloco is not None:  # one island: no outer all_reduce, fragments or overlap
+        lines.append(
+            f"one island: its outer optimizer steps every {c.sync_every} inner steps "
+            "(syncEvery); nothing is exchanged between islands"
+        )
     lines += paper_reading(result)
     for note in out.notes:
         lines.append(f"note: {note}")
@@ -224,6 +244,7 @@ def paper_reading(result: PlanResult) -> list[str]:
     c, f, s = result.chosen, result.fastest, result.spread
     lines = []
     ranked = " (data-parallel-equivalent)" if c.ranked_by_quality else ""
+    obj = result.output.spec.objective
     if f.layout != c.layout:
         lines.append(
             f"vs the fastest plan{ranked} ({f.label}, {fmt.usd(f.rank_cost_usd)}): "
@@ -232,11 +253,16 @@ def paper_reading(result: PlanResult) -> list[str]:
         )
     else:
         lines.append("the chosen plan is the fastest plan (no saving against it)")
+    if obj.kind is not ObjectiveKind.THROUGHPUT_FRACTION:
+        return lines  # the tolerance band and the paper's figure belong to that objective
     scope = "" if s.complete else " scored"
     lines.append(
         f"within {fmt.percent(s.throughput_fraction)} of the best throughput{ranked}: {s.plans:,} plan(s){scope}, "
-        f"{fmt.usd(s.min_cost_usd)} ({s.cheapest}) to {fmt.usd(s.max_cost_usd)} ({s.dearest}): "
-        f"the cheapest saves {fmt.percent(s.spread)} against the dearest (paper §V: 21.69 % against "
-        "the fastest)"
+        f"{fmt.usd(s.min_cost_usd)} ({s.cheapest}"
+        + (", the chosen plan" if s.cheapest == c.label else "")
+        + f") to {fmt.usd(s.max_cost_usd)} "
+        f"({s.dearest}): the cheapest saves {fmt.percent(s.spread)} against the dearest "
+        f"(paper §V: the chosen plan saved 21.69 % against the fastest; here "
+        f"{fmt.percent(result.saving_vs_fastest)})"
     )
     return lines

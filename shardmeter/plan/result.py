@@ -13,7 +13,7 @@ import numpy as np
 
 from shardmeter.cost.quality import QualityEstimate, data_parallel_quality, strategy_quality
 from shardmeter.plan.evaluate import Evaluation
-from shardmeter.plan.frontier import RELATIVE_TIE
+from shardmeter.plan.frontier import RELATIVE_TIE, canonical_order
 from shardmeter.plan.groups import IslandGroup
 from shardmeter.plan.schema import ObjectiveKind, PlanSpec, Runtime
 from shardmeter.plan.search import SearchOutput
@@ -277,13 +277,25 @@ class PlanResult:
         return self.output.spec.runtime
 
 
+TIE_BREAK = (
+    "plans that tie go by the canonical order: less time, then less cost, fewer nodes, fewer "
+    "islands, then pools in file order using fewer islands, nodes and GPUs per node"
+)
+"""The one rule for equal plans (`shardmeter.plan.frontier.canonical_order`): the chosen plan,
+the fastest, the frontier, the cheapest within the tolerance and the top-20 all follow it."""
+
+
 def tolerance_spread(out: SearchOutput, fraction: float) -> ToleranceSpread:
-    """Plans within ``fraction`` of the best (ranked) throughput and their (ranked) costs."""
+    """Plans within ``fraction`` of the best (ranked) throughput and their (ranked) costs;
+    of plans that cost the same the cheapest and the dearest are the first in the canonical
+    order (`TIE_BREAK`), as the objective picks them."""
     ev = out.evaluated
     cap = float(ev.rank_time_s[out.fastest]) / (fraction * (1 - RELATIVE_TIE))
-    within = np.flatnonzero(ev.rank_time_s <= cap)
+    order = canonical_order(ev)
+    within = order[ev.rank_time_s[order] <= cap]
     costs = ev.rank_cost_usd[within]
-    lo, hi = within[int(np.argmin(costs))], within[int(np.argmax(costs))]
+    lo = within[int(np.flatnonzero(costs == costs.min())[0])]
+    hi = within[int(np.flatnonzero(costs == costs.max())[0])]
     return ToleranceSpread(
         fraction,
         len(within),
@@ -410,10 +422,15 @@ def build_result(out: SearchOutput) -> PlanResult:
     )
 
 
-def top_by_throughput(result: PlanResult, n: int = 20) -> list[PlanSummary]:
-    """The ``n`` highest-throughput plans scored (ties: cheaper first) — the paper's Fig. 8 —
-    on the figures the objective ranks by."""
+def top_indices(result: PlanResult, n: int = 20) -> list[int]:
+    """Indices into ``output.evaluated`` of the ``n`` highest-throughput plans scored, in the
+    canonical order (`TIE_BREAK`: the first is the fastest plan)."""
     ev = result.output.evaluated
-    ok = np.flatnonzero(ev.feasible)
-    order = ok[np.lexsort((ev.rank_cost_usd[ok], ev.rank_time_s[ok]))]
-    return [summarise(result.output, ev, int(i)) for i in order[:n]]
+    order = canonical_order(ev)
+    return [int(i) for i in order[ev.feasible[order]][:n]]
+
+
+def top_by_throughput(result: PlanResult, n: int = 20) -> list[PlanSummary]:
+    """The ``n`` highest-throughput plans scored — the paper's Fig. 8 — on the figures the
+    objective ranks by, ties in the canonical order (`TIE_BREAK`)."""
+    return [summarise(result.output, result.output.evaluated, i) for i in top_indices(result, n)]

@@ -167,13 +167,27 @@ def search(
     deadline = math.inf if time_limit_s is None else time.monotonic() + time_limit_s
     coefficients = coefficients or {}
     grid, contexts, table = build_space(spec, coefficients)
+    built_s = time.perf_counter() - started
     evaluator = Evaluator(spec, contexts, table, grid)
     estimate = layouts_estimate(spec, table, len(contexts))
     mode = force_mode or ("exhaustive" if estimate <= EXHAUSTIVE_LIMIT else "objective")
     tree = TreeSearch(evaluator, progress, deadline, keep_all=True)
     notes: list[str] = []
     proven, gap = True, None
-    if mode == "exhaustive":
+    if mode == "exhaustive" and time_limit_s is not None:
+        # a time limit promises the best plan and its proven gap: the objective's branch and
+        # bound first (it proves a bound), then, in the time left, every layout for the plots
+        proven, gap = _passes(tree, spec)
+        full = TreeSearch(evaluator, progress, deadline, keep_all=True)
+        if full.run(Goal("all"), "every layout").completed:
+            tree, proven, gap = full, True, None
+        else:
+            mode = "objective"
+            notes.append(
+                f"about {estimate:,} layouts: the time limit stopped scoring them all; the "
+                "frontier shown covers only the plans branch and bound scored"
+            )
+    elif mode == "exhaustive":
         p = tree.run(Goal("all"), "every layout")
         proven, gap = p.completed, None
     elif mode == "frontier":
@@ -208,6 +222,12 @@ def search(
             )
         raise InfeasibleError(no_plan_reason(spec, contexts, table, evaluator), "constraints")
     chosen, fastest = select(evaluated, spec)
+    if time_limit_s is not None and built_s > time_limit_s:
+        notes.append(
+            f"building the search space (every island shape simulated once) took {built_s:.2f} s, "
+            f"more than the {time_limit_s:.2f} s the time limit left: it cannot be interrupted, "
+            "the search stopped right after it"
+        )
     if not proven:
         notes.append(
             "time limit reached: the plan shown is the best found"

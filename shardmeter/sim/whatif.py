@@ -18,14 +18,16 @@ the cost model, validated like every spec (strict numbers, finite, bounded).
       islands: 2                 # or [{name, step_s, outer_step_s}, …]
       all_reduce_s: 1.5          # per fragment: one number or one per fragment
 
-Keys are snake_case, as above.
+Keys are snake_case, as above, or camelCase (``forwardS``, ``syncEvery``,
+``fragmentSyncDelay``), as in plan files; ``examples/what-if.yaml`` is a complete file.
 """
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import Field, model_validator
+from pydantic.alias_generators import to_camel
 
 from shardmeter.sim.diloco import IslandSteps
 from shardmeter.sim.fsdp import MAX_ACCUMULATION, MAX_UNITS, FSDPDurations
@@ -44,9 +46,25 @@ MAX_TASK_S = 1e9
 
 
 class _WhatIf(SpecModel):
-    """The what-if file's keys are snake_case (as the simulator's names)."""
+    """The what-if file's keys: snake_case (the simulator's names, used in errors about a
+    missing key) or camelCase (as in plan files), alike."""
 
     model_config = SpecModel.model_config | {"alias_generator": None, "serialize_by_alias": False}
+
+    @model_validator(mode="before")
+    @classmethod
+    def _camel_case_keys(cls, data: Any) -> Any:
+        """camelCase keys as their snake_case fields (``forwardS`` → ``forward_s``)."""
+        if not isinstance(data, dict):
+            return data
+        camel = {to_camel(name): name for name in cls.model_fields if to_camel(name) != name}
+        out: dict[Any, Any] = {}
+        for key, value in data.items():
+            name = camel.get(key, key) if isinstance(key, str) else key
+            if name in out:
+                raise ValueError(f"{key} and {name} are the same key: give one of them")
+            out[name] = value
+        return out
 
 
 TaskSeconds = Annotated[float, Field(ge=0, le=MAX_TASK_S)]

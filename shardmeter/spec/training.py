@@ -135,8 +135,8 @@ class TrainingSpec(SpecModel):
     proposes only islands of a multiple of it)."""
     master_param_bytes: int = Field(default=4, ge=1, le=8)
     """Bytes per sharded parameter kept between steps."""
-    grad_reduce_bytes: int = Field(default=4, ge=1, le=8)
-    """Bytes per gradient element in reduce_scatter (FSDP2 reduce_dtype)."""
+    grad_reduce_bytes: Literal[2, 4] = 4
+    """Bytes per gradient element in reduce_scatter (FSDP2 reduce_dtype): 4 fp32, 2 bf16."""
     optimizer_state_bytes_per_param: float = Field(default=8.0, ge=0, le=64)
     """Optimizer state per parameter (AdamW: two FP32 moments = 8)."""
 
