@@ -13,7 +13,9 @@ settings-vectorisation code with ``shardmeter.plan``: it enumerates, with plain 
 
 and scores each plan with the model's own single-plan pieces: the outer all_reduce path
 (`shardmeter.sim.outer`), each fragment's all_reduce (`fragment_all_reduce_seconds`), the
-scalar Streaming DiLoCo settings rule (`shardmeter.sim.settings`), and the cost layer's
+scalar Streaming DiLoCo settings rule (`shardmeter.sim.settings`), the outer optimizer steps
+as one `CostModel.outer_step_seconds` call per fragment (summed over the fragments), and the
+cost layer's
 rules for a plan's footprint — GPU power (`shardmeter.cost.energy`), DiLoCo's quality
 (`shardmeter.cost.quality`) and WAN egress (`shardmeter.cost.egress`) — with its own billing
 (whole nodes with ``exclusiveNodes``) and its own pool utilisation (the first island shape,
@@ -36,6 +38,7 @@ from shardmeter.cost.energy import co2_kg, facility_kwh, islands_facility_watts
 from shardmeter.cost.model import CostModel
 from shardmeter.cost.quality import equivalent_token_factor
 from shardmeter.plan.schema import PlanPool, PlanSpec
+from shardmeter.sim.diloco import fragment_params
 from shardmeter.sim.fsdp import FSDPDurations, simulate_fsdp_step
 from shardmeter.sim.outer import IslandPlacement, outer_link
 from shardmeter.sim.scenario import IslandShape, fragment_all_reduce_seconds, outer_payload_bytes
@@ -209,16 +212,22 @@ def _outer_overhead(spec: PlanSpec, used: list[Option], step_s: float) -> tuple[
     strat = spec.strategy
     if not strat.is_diloco:
         return 0.0, 1
-    on_gpu = strat.outer_state_on_gpu
     placements = [IslandPlacement(o.cm, o.shape.ranks) for o in used for _ in range(o.islands)]
     link = outer_link(placements)
     k = len(placements)
-    outer_s = max(
-        o.cm.outer_step_seconds(
-            spec.model.total_params, o.shape.ranks, on_gpu, strat.outer_precision
+
+    def outer_s(f: int) -> float:
+        """The slowest island's outer optimizer steps with F fragments: one call per fragment
+        (its own sum, not the optimizer's table)."""
+        return max(
+            sum(
+                o.cm.outer_step_seconds(
+                    p, o.shape.ranks, strat.outer_state_on_gpu, strat.outer_precision
+                )
+                for p in fragment_params(spec.model, f, strat.fragment_layout)
+            )
+            for o in used
         )
-        for o in used
-    )
 
     def all_reduce(f: int) -> list[float]:
         return fragment_all_reduce_seconds(spec.model, strat, link, k, f)
@@ -227,7 +236,7 @@ def _outer_overhead(spec: PlanSpec, used: list[Option], step_s: float) -> tuple[
     if strat.kind is StrategyKind.DILOCO:
         ar = all_reduce(1)[0]
         h = fixed_h or choose_blocking_sync_every(step_s, ar, max_sync_every=strat.max_sync_every)
-        return (ar + outer_s) / h, h
+        return (ar + outer_s(1)) / h, h
     fixed_f = strat.fragments if isinstance(strat.fragments, int) else None
     fixed_fragment_sync_delay = (
         strat.fragment_sync_delay if isinstance(strat.fragment_sync_delay, int) else None
@@ -245,6 +254,7 @@ def _outer_overhead(spec: PlanSpec, used: list[Option], step_s: float) -> tuple[
                 max_fragment_sync_delay=strat.max_fragment_sync_delay,
                 max_fragment_sync_delay_fraction=strat.max_fragment_sync_delay_fraction,
                 target_fragments=float(rails["target_fragments"]),
+                outer_step_s=outer_s,
             )
         else:
             choice = choose_sync_every(
@@ -261,7 +271,9 @@ def _outer_overhead(spec: PlanSpec, used: list[Option], step_s: float) -> tuple[
             )
     except ValueError:
         return math.inf, 1
-    return (choice.blocking_s_per_outer_step + outer_s) / choice.sync_every, choice.sync_every
+    return (
+        choice.blocking_s_per_outer_step + outer_s(choice.fragments)
+    ) / choice.sync_every, choice.sync_every
 
 
 def _combos(used: list[Option], lo: int, hi: int, equal: bool) -> list[tuple[float, int]]:

@@ -37,6 +37,24 @@ def test_same_coefficients_reproduce_the_prediction() -> None:
     assert ev.recommended is not None and ev.recommended.zero_blocking
 
 
+def test_auto_fragments_predict_what_the_simulation_of_the_plan_gives() -> None:
+    """One pool of the case study (homogeneous islands): auto picks several fragments, and the
+    optimizer's closed form charges one outer optimizer step per fragment, exactly as the
+    simulator does — its throughput is the re-evaluated one, not that of one fragment (each
+    optimizer call has a per-call intercept, so F fragments cost more than one)."""
+    spec, _ = load_plan(REPO / "examples" / "case-study.yaml")
+    raw = spec.model_dump(by_alias=True)
+    raw["pools"] = raw["pools"][:1]
+    spec = PlanSpec.model_validate(raw)
+    groups, c = chosen_groups(spec)
+    assert c.fragments > 1  # type: ignore[attr-defined]
+    ev = evaluate_fixed(spec, {}, groups, c.sync_every, c.fragments, c.fragment_sync_delay)  # type: ignore[attr-defined]
+    assert ev.tokens_per_s == pytest.approx(c.tokens_per_s, rel=1e-9)  # type: ignore[attr-defined]
+    assert ev.blocking_s_per_outer_step == 0.0
+    one = evaluate_fixed(spec, {}, groups, c.sync_every, 1, c.fragment_sync_delay)  # type: ignore[attr-defined]
+    assert one.tokens_per_s > c.tokens_per_s * (1 + 1e-6)  # type: ignore[attr-defined]
+
+
 def test_slower_wan_blocks_and_recommends() -> None:
     spec, _ = load_plan(REPO / "examples" / "case-study.yaml")
     groups, c = chosen_groups(spec)

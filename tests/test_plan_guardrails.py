@@ -23,7 +23,7 @@ from shardmeter.plan.result import build_result
 from shardmeter.plan.schema import PlanSpec, load_plan
 from shardmeter.plan.search import build_space, search
 from shardmeter.sim.outer import IslandPlacement, outer_link
-from shardmeter.sim.scenario import fragment_all_reduce_seconds
+from shardmeter.sim.scenario import fragment_all_reduce_seconds, outer_step_seconds_by_fragments
 from shardmeter.sim.settings import (
     GuardRails,
     choose_sync_every,
@@ -134,6 +134,56 @@ def test_effective_step_never_falls_when_the_inner_step_grows(
     assert all(b >= a * (1 - 1e-12) for a, b in itertools.pairwise(values))
 
 
+@settings(max_examples=200, deadline=None, derandomize=True, database=None)
+@given(
+    st.lists(st.floats(0.0, 50.0), min_size=1, max_size=16),
+    st.floats(0.01, 5.0),
+    st.floats(0.0, 2.0),
+    st.floats(0.0, 0.5),
+    st.sampled_from([10, 20, 50, 100, 500]),
+    st.integers(0, 6),
+    st.sampled_from([None, 1.0, 3.0]),
+)
+def test_per_fragment_outer_steps_let_the_effective_step_fall_only_by_their_spread(
+    weights: list[float],
+    step_s: float,
+    outer_s: float,
+    per_call_s: float,
+    max_h: int,
+    max_fragment_sync_delay: int,
+    layers_per_fragment: float | None,
+) -> None:
+    """With one outer optimizer call per fragment (outer(F) = base + F × per call) a longer
+    inner step may let the rule move to fewer fragments: T + (blocking + outer(F))/H then
+    falls, but by at most (outer(F) − outer(F'))/H at the shorter step's H (the bound the
+    settings module states)."""
+    layers = len(weights)
+    target = None if layers_per_fragment is None else layers / layers_per_fragment
+
+    def ar(f: int) -> list[float]:
+        return [sum(weights) / f] * f
+
+    def outer(f: int) -> float:
+        return outer_s + per_call_s * f
+
+    def effective(t: float) -> tuple[float, int, int]:
+        c = choose_sync_every(
+            t,
+            ar,
+            layers,
+            max_sync_every=max_h,
+            max_fragment_sync_delay=max_fragment_sync_delay,
+            outer_step_s=outer,
+            target_fragments=target,
+        )
+        eff = t + (c.blocking_s_per_outer_step + outer(c.fragments)) / c.sync_every
+        return eff, c.fragments, c.sync_every
+
+    values = [effective(step_s * (1 + 0.01 * i)) for i in range(40)]
+    for (a, fa, ha), (b, fb, _) in itertools.pairwise(values):
+        assert b >= a - max(0.0, outer(fa) - outer(fb)) / ha - 1e-12 * a
+
+
 def test_pinned_fragments_get_auto_sync_every_candidates_that_torchft_accepts() -> None:
     """torchft needs syncEvery % fragments == 0: with fragments pinned, auto rounds each
     candidate up to a multiple (and the guard-rail down to one); none of the round candidates
@@ -165,14 +215,37 @@ def test_pinned_fragments_that_no_auto_sync_every_fits_name_torchfts_rule() -> N
     assert "raise strategy.maxSyncEvery to at least 7" in err.value.message
 
 
+def _outer_by_fragments(
+    spec: PlanSpec, ctxs: list[PoolContext], used: list[int], ranks: int, per_call_s: float
+) -> list[float]:
+    """Index F − 1: the slowest used pool's outer optimizer steps with F fragments (one call
+    per fragment, as the simulator charges them), plus ``per_call_s`` more per call."""
+    layers = spec.model.num_layers
+    return [
+        max(
+            outer_step_seconds_by_fragments(
+                ctxs[p].cost_model, spec.model, spec.strategy, ranks, layers
+            )[f - 1]
+            for p in used
+        )
+        + per_call_s * f
+        for f in range(1, layers + 1)
+    ]
+
+
 def _scalar(
-    spec: PlanSpec, ctxs: list[PoolContext], used: list[int], k: int, ranks: int, step: float
+    spec: PlanSpec,
+    ctxs: list[PoolContext],
+    used: list[int],
+    k: int,
+    ranks: int,
+    step: float,
+    outer: list[float],
 ) -> tuple[int, int, int, float]:
     strat = spec.strategy
     placements = [IslandPlacement(ctxs[p].cost_model, ranks) for p in used for _ in range(k)]
     link = outer_link(placements)
     islands = len(placements)
-    outer_s = ctxs[used[0]].cost_model.outer_step_seconds(spec.model.total_params, ranks, False)
 
     def all_reduce(f: int) -> list[float]:
         return fragment_all_reduce_seconds(spec.model, strat, link, islands, f)
@@ -185,7 +258,7 @@ def _scalar(
         strat.fragments if isinstance(strat.fragments, int) else None,
         max_sync_every=rails.max_sync_every,
         max_fragment_sync_delay=rails.max_fragment_sync_delay,
-        outer_step_s=outer_s,
+        outer_step_s=lambda f: outer[f - 1],
         max_fragment_sync_delay_fraction=rails.max_fragment_sync_delay_fraction,
         target_fragments=rails.target_fragments,
     )
@@ -193,14 +266,20 @@ def _scalar(
         c.sync_every,
         c.fragments,
         c.fragment_sync_delay,
-        (c.blocking_s_per_outer_step + outer_s) / c.sync_every,
+        (c.blocking_s_per_outer_step + outer[c.fragments - 1]) / c.sync_every,
     )
 
 
+@pytest.mark.parametrize("per_call_s", [0.0, 0.05])
 @pytest.mark.parametrize("fragments", ["auto", 3])
 @pytest.mark.parametrize("wan", ["wan-100g-10ms", "wan-10g-30ms", "wan-1g-80ms"])
 @pytest.mark.parametrize("max_h", [20, 100, 500])
-def test_vectorised_settings_equal_the_scalar_rule(wan: str, max_h: int, fragments: Any) -> None:
+def test_vectorised_settings_equal_the_scalar_rule(
+    wan: str, max_h: int, fragments: Any, per_call_s: float
+) -> None:
+    """The same settings and overhead, the outer optimizer steps depending on the fragment
+    count (one call per fragment; ``per_call_s`` inflates the per-call cost so that it
+    decides between fragment counts where blocking cannot be hidden)."""
     spec, _ = load_plan(REPO / "examples" / "case-study.yaml")
     raw = spec.model_dump(by_alias=True)
     for pool in raw["pools"]:
@@ -218,15 +297,15 @@ def test_vectorised_settings_equal_the_scalar_rule(wan: str, max_h: int, fragmen
         step = float(rng.uniform(0.2, 8.0))
         mask = np.zeros((1, 2), dtype=bool)
         mask[0, used] = True
-        outer_s = ctxs[used[0]].cost_model.outer_step_seconds(spec.model.total_params, ranks, False)
+        outer = _outer_by_fragments(spec, ctxs, used, ranks, per_call_s)
         got = model.evaluate(
             mask,
             np.array([k * len(used)]),
             np.array([ranks / 8]),  # the islands' share of node networks (8 GPUs per node)
-            np.array([outer_s]),
+            np.array([outer]),
             np.array([step]),
         )
-        h, f, fragment_sync_delay, overhead = _scalar(spec, ctxs, used, k, ranks, step)
+        h, f, fragment_sync_delay, overhead = _scalar(spec, ctxs, used, k, ranks, step, outer)
         assert (int(got.sync_every[0]), int(got.fragments[0]), int(got.fragment_sync_delay[0])) == (
             h,
             f,

@@ -42,7 +42,6 @@ from shardmeter.cost.model import CostModel
 from shardmeter.plan.schema import PlanSpec
 from shardmeter.sim.fsdp import FSDPDurations, fsdp_step_seconds
 from shardmeter.sim.scenario import IslandShape, IslandStepModel
-from shardmeter.spec.precision import Precision
 from shardmeter.spec.training import GradientSync
 
 FloatArray = npt.NDArray[np.float64]
@@ -166,8 +165,11 @@ class ShapeTable:
     accumulation: IntArray
     variant: IntArray
     """The configuration achieving ``step_s[c]`` (index into the variants)."""
-    outer_step_s: float
-    """DiLoCo outer optimizer step of the whole model on one rank of this shape."""
+    outer_step_s: FloatArray
+    """Index F − 1: DiLoCo outer optimizer steps of one outer step on one rank of this shape
+    with the model cut into F fragments (one call per fragment, as the simulator charges
+    them: `shardmeter.sim.scenario.outer_step_seconds_by_fragments`); one entry (F = 1)
+    unless the strategy is Streaming DiLoCo."""
     micro_batch_max: int
     """The memory maximum without accumulation (before the batch limit)."""
     micro_batches_tried: int
@@ -274,10 +276,10 @@ def build_shape_table(
     shape: IslandShape,
     grid: BatchGrid,
     outer_state_on_gpu: bool,
-    total_params: int,
-    outer_precision: Precision = Precision.FP32,
+    outer_step_s: Sequence[float],
 ) -> ShapeTable | None:
-    """The table of ``shape`` (None when it cannot process a single cell)."""
+    """The table of ``shape`` (None when it cannot process a single cell); ``outer_step_s``
+    its outer optimizer steps by fragment count (`ShapeTable.outer_step_s`)."""
     r = shape.ranks
     cells = grid.hi
     u = grid.quantum
@@ -316,7 +318,7 @@ def build_shape_table(
         micro_batch=mb,
         accumulation=acc,
         variant=var,
-        outer_step_s=cm.outer_step_seconds(total_params, r, outer_state_on_gpu, outer_precision),
+        outer_step_s=np.asarray(outer_step_s, dtype=np.float64),
         micro_batch_max=b_max_seen,
         micro_batches_tried=tried,
         sampled=sampled,

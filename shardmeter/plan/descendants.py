@@ -6,8 +6,9 @@ pruning never loses a plan; the tables over later pools come from `shardmeter.pl
   step at which later pools field the islands still needed (exact per cell); weighted: the
   most cells the chosen islands and later pools can process within θ (on the grid, plus an
   exact test at the step that matters), and every chosen island's fastest step;
-* **outer level** — the largest chosen outer optimizer step over the largest ``syncEvery``
-  the rule can pick for such an inner step on the worst outer link;
+* **outer level** — the largest chosen outer optimizer steps (each option's least over
+  fragment counts) over the largest ``syncEvery`` the rule can pick for such an inner step
+  on the worst outer link;
 * **cost** — rate × T per cell (equal batches) or rate × the inner-step bound, the rate at
   least the chosen one plus the cheapest way to supply what is missing; and
   rate × T ≥ Σ islands × cells × best dollars per cell (efficiency); WAN egress ≥ 0;
@@ -44,6 +45,8 @@ class Node:
     gpus: int
     rate: float
     outer_s: float
+    """The largest of the chosen options' least outer optimizer steps over fragment counts
+    (`OptionTable.outer_step_least_s`): at most any descendant's, whatever its settings."""
     state: FloatArray
     """torchtitan-ft: the per-cell slowest island M; weighted: the prefix table D."""
     floor: float = 0.0
@@ -114,7 +117,7 @@ class DescendantBounds:
         pos = self.position[opts]
         islands = node.islands + t.islands[opts]
         rate = node.rate + t.usd_per_hour[opts]
-        outer_s = np.maximum(node.outer_s, t.outer_step_s[opts])
+        outer_s = np.maximum(node.outer_s, t.outer_step_least_s[opts])
         has_more = (pos + 1 < self.n_pools) & (islands < self.kmax)
         if not has_more.any():
             return np.full((n, len(BOUNDS)), math.inf)

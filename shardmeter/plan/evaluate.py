@@ -236,7 +236,12 @@ class Evaluator:
         nodes = np.where(used, t.nodes[opt], 0).sum(axis=1)
         rate = np.where(used, t.usd_per_hour[opt], 0.0).sum(axis=1)
         rails = np.where(used, t.ranks[opt] / self.outer.gpus_per_node[None, :], np.inf).min(axis=1)
-        outer_s = np.where(used, t.outer_step_s[opt], 0.0).max(axis=1)
+        # per fragment count F (column F − 1): the slowest used pool's outer optimizer steps
+        outer_s = np.zeros((len(choice), t.outer_step_s.shape[1]))
+        for p in range(choice.shape[1]):
+            outer_s = np.maximum(
+                outer_s, np.where(used[:, p, None], t.outer_step_s[opt[:, p]], 0.0)
+            )
         status = np.where(islands > 0, OK, EMPTY)
         status = np.where((status == OK) & ~np.isfinite(step_s), BATCH_UNREACHABLE, status)
         step = np.where(np.isfinite(step_s), step_s, 0.0)

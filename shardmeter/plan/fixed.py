@@ -22,6 +22,7 @@ from shardmeter.sim.scenario import (
     IslandShape,
     IslandStepModel,
     fragment_all_reduce_seconds,
+    islands_outer_step_seconds,
     outer_payload_bytes,
     simulate_islands,
 )
@@ -110,6 +111,7 @@ def evaluate_fixed(
             max_fragment_sync_delay=rails.max_fragment_sync_delay,
             max_fragment_sync_delay_fraction=rails.max_fragment_sync_delay_fraction,
             target_fragments=rails.target_fragments,
+            outer_step_s=islands_outer_step_seconds(spec.model, spec.strategy, islands),
         )
     tokens_per_s = t.global_batch_tokens / eff
     hours = t.total_tokens / tokens_per_s / 3600

@@ -42,7 +42,7 @@ from shardmeter.plan.configs import (
     variant_cost_model,
 )
 from shardmeter.plan.schema import PlanPool, PlanSpec
-from shardmeter.sim.scenario import IslandShape
+from shardmeter.sim.scenario import IslandShape, outer_step_seconds_by_fragments
 from shardmeter.spec.training import GradientSync, StrategyKind
 
 IntArray = npt.NDArray[np.int64]
@@ -129,6 +129,10 @@ class OptionTable:
     facility_watts: FloatArray
     co2_kg_per_hour: FloatArray
     outer_step_s: FloatArray
+    """(options × fragment counts): the shape's outer optimizer steps per outer step with F
+    fragments at column F − 1 (`ShapeTable.outer_step_s`)."""
+    outer_step_least_s: FloatArray
+    """Per option: the least of its row of ``outer_step_s`` (a bound for any settings)."""
     peak_flops: FloatArray
     """Peak FLOP/s of all the option's GPUs together."""
     steps: FloatArray
@@ -168,14 +172,20 @@ class ShapeCache:
         k = (key, shape.nodes, shape.gpus_per_node)
         if k not in self._tables:
             spec = self.spec
+            streaming = spec.strategy.kind is StrategyKind.STREAMING_DILOCO
             self._tables[k] = build_shape_table(
                 cm,
                 self._variants(cm, key),
                 shape,
                 self.grid,
                 spec.strategy.outer_state_on_gpu and spec.strategy.is_diloco,
-                spec.model.total_params,
-                spec.strategy.outer_precision,
+                outer_step_seconds_by_fragments(
+                    cm,
+                    spec.model,
+                    spec.strategy,
+                    shape.ranks,
+                    spec.model.num_layers if streaming else 1,
+                ),
             )
         return self._tables[k]
 
@@ -317,6 +327,10 @@ def option_table(contexts: Sequence[PoolContext], options: Sequence[PoolOption])
         return np.asarray(values, dtype=np.float64).reshape(-1)
 
     width = len(tables[0].step_s) if tables else 1
+    counts = len(tables[0].outer_step_s) if tables else 1
+    outer = (np.stack([s.outer_step_s for s in shape]) if shape else np.zeros((0, counts))).astype(
+        np.float64
+    )
     rank = np.zeros(len(options), dtype=np.int64)
     for p in {o.pool for o in options}:
         idx = [i for i, o in enumerate(options) if o.pool == p]
@@ -336,7 +350,8 @@ def option_table(contexts: Sequence[PoolContext], options: Sequence[PoolOption])
         billed_gpus=ints([o.billed_gpus for o in options]),
         facility_watts=floats([o.facility_watts for o in options]),
         co2_kg_per_hour=floats([o.co2_kg_per_hour for o in options]),
-        outer_step_s=floats([s.outer_step_s for s in shape]),
+        outer_step_s=outer,
+        outer_step_least_s=outer.min(axis=1, initial=np.inf),
         peak_flops=floats([o.gpus * by_index[o.pool].cost_model.peak_flop_per_s for o in options]),
         steps=np.stack([t.step_s for t in tables]) if tables else np.zeros((0, width)),
         min_cell=ints([int(t.cells[0]) for t in tables]),

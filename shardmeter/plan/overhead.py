@@ -4,8 +4,11 @@ For each plan: the outer all_reduce path (`shardmeter.sim.outer`: the sites' WAN
 the islands span sites, the fabric inside one), each fragment's all_reduce seconds for every
 fragment count, and the settings of `shardmeter.sim.settings` — the same rule, vectorised
 (zero blocking within the guard-rails: smallest H, preferred fragments, shortest delay; else
-the least ``(blocking + outer optimizer step) / H``). Per inner step the outer level adds
-``(blocking + outer optimizer step) / H``. A test holds this against the scalar rule.
+the least ``(blocking + outer optimizer steps(F)) / H``). Per inner step the outer level adds
+``(blocking + outer optimizer steps(F)) / H``, the outer optimizer steps those of the F
+fragments the settings cut the model into — one optimizer call per fragment, each with the
+step regression's per-call intercept, as the simulator charges them (`OuterModel.evaluate`
+takes them per fragment count). A test holds this against the scalar rule.
 """
 
 from __future__ import annotations
@@ -145,7 +148,10 @@ class OuterModel:
         active: BoolArray | None = None,
     ) -> OuterResult:
         """The outer level of each plan (rows where ``active`` is False are skipped: their
-        settings read 1/1/0 with no overhead)."""
+        settings read 1/1/0 with no overhead). ``outer_step_s`` is (plans × fragment counts):
+        column F − 1 the plan's outer optimizer steps per outer step with F fragments (the
+        slowest island's; `shardmeter.sim.scenario.outer_step_seconds_by_fragments`) — every
+        count up to the model's blocks for Streaming DiLoCo, at least F = 1 otherwise."""
         n = len(islands)
         if active is not None and not active.all():
             idx = np.flatnonzero(active)
@@ -230,7 +236,12 @@ class OuterModel:
                 h = np.where(fits.any(axis=1), cands[np.argmax(fits, axis=1)], cands[-1])
             ones = np.ones(n, dtype=np.int64)
             zero = a1 <= BLOCKING_EPSILON_S
-            return OuterResult(h, ones, 0 * ones, a1, zero, (a1 + outer_s) / h, ok)
+            return OuterResult(h, ones, 0 * ones, a1, zero, (a1 + outer_s[:, 0]) / h, ok)
+        if outer_s.shape[1] != self.layers:
+            raise ValueError(
+                f"outer_step_s needs one column per fragment count 1…{self.layers} "
+                f"(got {outer_s.shape[1]})"
+            )
         fcount = np.arange(1, self.layers + 1)
         # the shortest delay hiding the slowest fragment (T_ar − τ·T ≤ eps), rounding-safe
         ratio = np.minimum((ar_max - BLOCKING_EPSILON_S) / safe[:, None], 1e15)
@@ -266,12 +277,16 @@ class OuterModel:
             tau_out = np.where(hit, tau_f[np.arange(n), first], tau_out)
             found |= hit
         blocking = np.zeros(n)
-        overhead = np.where(found, outer_s / np.maximum(h_out, 1), 0.0)
+        rows = np.arange(n)
+        outer_at = outer_s[rows, np.clip(f_out - 1, 0, self.layers - 1)]
+        overhead = np.where(found, outer_at / np.maximum(h_out, 1), 0.0)
         idx = np.flatnonzero(~found)
         if len(idx):
-            # blocking cannot be hidden: the settings with the least (blocking + outer) / H
+            # blocking cannot be hidden: the settings with the least (blocking + outer) / H,
+            # the outer optimizer steps those of each fragment count
             sub = self._all_reduce(lat[idx], spb[idx], rails[idx], k[idx], self.payload)
             m = len(idx)
+            outer_idx = outer_s[idx]
             best = np.full(m, np.inf)
             bh = np.zeros(m, dtype=np.int64)
             bf = np.zeros(m, dtype=np.int64)
@@ -294,10 +309,11 @@ class OuterModel:
                 )
                 blk = np.where(self.payload[None, :, :] > 0, blk, 0.0).sum(axis=2)
                 blk = np.where(legal[None, :], blk, np.inf)
+                total = blk + outer_idx
                 # first minimum in preference order → the preferred fragments
-                fi = self.preference[np.argmin(blk[:, self.preference], axis=1)]
+                fi = self.preference[np.argmin(total[:, self.preference], axis=1)]
                 b = blk[np.arange(m), fi]
-                cost = (b + outer_s[idx]) / hv
+                cost = total[np.arange(m), fi] / hv
                 better = cost < best
                 best = np.where(better, cost, best)
                 bh = np.where(better, hv, bh)

@@ -6,6 +6,7 @@ DiLoCo level)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -24,6 +25,7 @@ from shardmeter.sim.outer import IslandPlacement, outer_link
 from shardmeter.sim.scenario import (
     DiLoCoIsland,
     fragment_all_reduce_seconds,
+    islands_outer_step_seconds,
     resolved_gradient_sync,
     simulate_islands,
 )
@@ -344,7 +346,13 @@ def simulate_chosen(out: SearchOutput, plan: PlanSummary, rounds: int = 3) -> Ch
         )
         outcome = simulate_islands(spec.model, spec.strategy, islands, link, choice, rounds)
         detail.diloco, detail.outer_link = outcome.result, link.description
-        detail.settings_reason = _settings_reason(out, plan, link, len(islands))
+        detail.settings_reason = _settings_reason(
+            out,
+            plan,
+            link,
+            len(islands),
+            islands_outer_step_seconds(spec.model, spec.strategy, islands),
+        )
         if blocks(outcome.result.blocking_s_per_outer_step):
             detail.bottleneck = Bottleneck.OUTER_STEP
             detail.evidence = (
@@ -354,8 +362,16 @@ def simulate_chosen(out: SearchOutput, plan: PlanSummary, rounds: int = 3) -> Ch
     return detail
 
 
-def _settings_reason(out: SearchOutput, plan: PlanSummary, link: Any, islands: int) -> str:
-    """The scalar settings search's explanation for the chosen plan (guard-rails named)."""
+def _settings_reason(
+    out: SearchOutput,
+    plan: PlanSummary,
+    link: Any,
+    islands: int,
+    outer_step_s: Callable[[int], float],
+) -> str:
+    """The scalar settings search's explanation for the chosen plan (guard-rails named;
+    ``outer_step_s``: the islands' outer optimizer steps by fragment count, which the rule
+    weighs where blocking cannot be hidden)."""
     spec = out.spec
     strat = spec.strategy
 
@@ -383,6 +399,7 @@ def _settings_reason(out: SearchOutput, plan: PlanSummary, link: Any, islands: i
             max_fragment_sync_delay=rails.max_fragment_sync_delay,
             max_fragment_sync_delay_fraction=rails.max_fragment_sync_delay_fraction,
             target_fragments=rails.target_fragments,
+            outer_step_s=outer_step_s,
         )
     else:
         c = choose_sync_every(
@@ -395,6 +412,7 @@ def _settings_reason(out: SearchOutput, plan: PlanSummary, link: Any, islands: i
             max_fragment_sync_delay=rails.max_fragment_sync_delay,
             max_fragment_sync_delay_fraction=rails.max_fragment_sync_delay_fraction,
             target_fragments=rails.target_fragments,
+            outer_step_s=outer_step_s,
         )
     if c.zero_blocking:
         return c.reason

@@ -4,7 +4,7 @@ Shared by ``shardmeter simulate``, the optimizer and the operator."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
 
@@ -198,10 +198,73 @@ def fragment_all_reduce_seconds(
     return [link.all_reduce_seconds(d, islands) for d in payload]
 
 
+def fragment_outer_step_seconds(
+    cm: CostModel, model: TransformerSpec, strategy: StrategySpec, ranks: int, fragments: int
+) -> list[float]:
+    """The outer optimizer step (and merge) of each of ``fragments`` fragments on one rank of
+    an island of ``ranks``: one `CostModel.outer_step_seconds` call per fragment, as torchft
+    steps each fragment's outer optimizer on its own."""
+    return [
+        cm.outer_step_seconds(p, ranks, strategy.outer_state_on_gpu, strategy.outer_precision)
+        for p in fragment_params(model, fragments, strategy.fragment_layout)
+    ]
+
+
+def outer_step_seconds_by_fragments(
+    cm: CostModel, model: TransformerSpec, strategy: StrategySpec, ranks: int, counts: int
+) -> list[float]:
+    """Index F − 1 (F = 1 … ``counts``): the outer optimizer steps of one outer step with the
+    model cut into F fragments — the sum, in fragment order, of `fragment_outer_step_seconds`,
+    which is what `simulate_islands` puts on an island's compute stream per outer step. Each
+    fragment's call pays the optimizer step's per-call intercept (1 ms on the case study's
+    pools), so the sum grows with F.
+    (Fragment sizes repeat across counts; each distinct size is costed once.)"""
+    memo: dict[int, float] = {}
+
+    def one(p: int) -> float:
+        if p not in memo:
+            memo[p] = cm.outer_step_seconds(
+                p, ranks, strategy.outer_state_on_gpu, strategy.outer_precision
+            )
+        return memo[p]
+
+    return [
+        sum(one(p) for p in fragment_params(model, f, strategy.fragment_layout))
+        for f in range(1, counts + 1)
+    ]
+
+
+def islands_outer_step_seconds(
+    model: TransformerSpec, strategy: StrategySpec, islands: Sequence[DiLoCoIsland]
+) -> Callable[[int], float]:
+    """``outer(F)``: the slowest island's outer optimizer steps per outer step with F
+    fragments (`outer_step_seconds_by_fragments`), as the settings rules take it."""
+    memo: dict[int, float] = {}
+
+    def outer(fragments: int) -> float:
+        if fragments not in memo:
+            memo[fragments] = max(
+                sum(
+                    fragment_outer_step_seconds(isl.cm, model, strategy, isl.shape.ranks, fragments)
+                )
+                for isl in islands
+            )
+        return memo[fragments]
+
+    return outer
+
+
 def resolve_settings(
-    model: TransformerSpec, strategy: StrategySpec, link: OuterLink, islands: int, step_s: float
+    model: TransformerSpec,
+    strategy: StrategySpec,
+    link: OuterLink,
+    islands: int,
+    step_s: float,
+    outer_step_s: float | Callable[[int], float] = 0.0,
 ) -> SettingsChoice:
-    """Concrete H, F, τ for ``strategy`` (``auto`` values searched, fixed ones honoured)."""
+    """Concrete H, F, τ for ``strategy`` (``auto`` values searched, fixed ones honoured).
+    ``outer_step_s``: the outer optimizer steps per outer step, by fragment count
+    (`islands_outer_step_seconds`), which the blocking case weighs with the blocking."""
 
     def all_reduce(f: int) -> list[float]:
         return fragment_all_reduce_seconds(model, strategy, link, islands, f)
@@ -229,6 +292,7 @@ def resolve_settings(
             max_fragment_sync_delay=rails.max_fragment_sync_delay,
             max_fragment_sync_delay_fraction=rails.max_fragment_sync_delay_fraction,
             target_fragments=rails.target_fragments,
+            outer_step_s=outer_step_s,
         )
     else:
         choice = search_settings(
@@ -241,6 +305,7 @@ def resolve_settings(
             max_fragment_sync_delay=rails.max_fragment_sync_delay,
             max_fragment_sync_delay_fraction=rails.max_fragment_sync_delay_fraction,
             target_fragments=rails.target_fragments,
+            outer_step_s=outer_step_s,
         )
     if choice.zero_blocking or (f is None and fragment_sync_delay is None):
         return choice
@@ -254,6 +319,7 @@ def resolve_settings(
             max_fragment_sync_delay=rails.max_fragment_sync_delay,
             max_fragment_sync_delay_fraction=rails.max_fragment_sync_delay_fraction,
             target_fragments=rails.target_fragments,
+            outer_step_s=outer_step_s,
         )
         if h is not None
         else choose_sync_every(
@@ -264,6 +330,7 @@ def resolve_settings(
             max_fragment_sync_delay=rails.max_fragment_sync_delay,
             max_fragment_sync_delay_fraction=rails.max_fragment_sync_delay_fraction,
             target_fragments=rails.target_fragments,
+            outer_step_s=outer_step_s,
         )
     )
     advice = (
@@ -284,19 +351,24 @@ def simulate_islands(
 ) -> DiLoCoOutcome:
     """Resolve settings (unless given) against the slowest island and simulate the DiLoCo level."""
     slowest = max(isl.step_s for isl in islands)
-    choice = choice or resolve_settings(model, strategy, link, len(islands), slowest)
+    choice = choice or resolve_settings(
+        model,
+        strategy,
+        link,
+        len(islands),
+        slowest,
+        islands_outer_step_seconds(model, strategy, islands),
+    )
     settings = choice.settings
-    frags = fragment_params(model, choice.fragments, strategy.fragment_layout)
     ar = fragment_all_reduce_seconds(model, strategy, link, len(islands), choice.fragments)
     steps = [
         IslandSteps(
             isl.name,
             isl.step_s,
             tuple(
-                isl.cm.outer_step_seconds(
-                    p, isl.shape.ranks, strategy.outer_state_on_gpu, strategy.outer_precision
+                fragment_outer_step_seconds(
+                    isl.cm, model, strategy, isl.shape.ranks, choice.fragments
                 )
-                for p in frags
             ),
         )
         for isl in islands

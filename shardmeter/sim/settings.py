@@ -17,8 +17,11 @@ form by simulation):
    the Streaming DiLoCo papers train with; without a target, the fewest (the paper's §IV-D
    choice, kept for callers that pass none).
 2. *Otherwise* blocking cannot be hidden within the guard-rails, and the settings that slow
-   training least are taken: the least ``(blocking + outer optimizer step) / H`` per inner
-   step (ties: smaller H, preferred fragments, shorter delay). The blocking is reported; it
+   training least are taken: the least ``(blocking + outer optimizer steps) / H`` per inner
+   step (ties: smaller H, preferred fragments, shorter delay), the outer optimizer steps
+   those of the option's F fragments — one optimizer call per fragment, each paying the step
+   regression's per-call intercept, as the simulator charges them
+   (`shardmeter.sim.scenario.outer_step_seconds_by_fragments`). The blocking is reported; it
    is never hidden by proposing a sync interval or delay beyond the guard-rails.
 
 **Guard-rails** (`StrategySpec`): ``max_sync_every`` — the DiLoCo paper (Douillard et al.
@@ -31,7 +34,16 @@ per fragment in those papers.
 
 With these two rules the effective step time ``T + overhead(T)`` never decreases when the
 inner step T grows (zero blocking: a longer step needs no larger H; blocking: every option's
-slope is ``1 − F·τ/H > 0``), which is what lets the optimizer minimise T first.
+slope is ``1 − F·τ/H > 0``; from blocking to zero blocking: the zero-blocking option was one
+of the blocking options), which is what lets the optimizer minimise T first — exactly when
+the outer optimizer steps do not depend on F. With one call per fragment they grow with F,
+and rule 1 picks F for convergence, not cost: a longer step that lets it hide a preferred
+count with fewer calls (at the same or a smaller H) lowers the overhead, so the effective
+step can fall, by at most ``(outer(F) − outer(F')) / H`` — F, F' the counts before and after,
+H the sync interval before: (F − F') per-call intercepts per H inner steps (the case study:
+1 ms intercepts, F ≤ 10 at H = 20 on 3.6 s steps, at most about 1e-4 of the step). The
+optimizer keeps each layout at its fastest inner step, so a layout's figures can be that
+much above its best configuration's.
 """
 
 from __future__ import annotations
@@ -146,6 +158,16 @@ class _Search:
     """τ ≤ ⌊this × H⌋ as well (None: no bound relative to H)."""
     target_fragments: float | None = None
     """Preferred fragment count (blocks ÷ layers per fragment); None: the fewest."""
+    outer_step_s: float | Callable[[int], float] = 0.0
+    """The outer optimizer steps per outer step with F fragments (`outer_step`)."""
+
+    def outer_step(self, fragments: int) -> float:
+        """Outer optimizer seconds per outer step with ``fragments`` fragments: one call per
+        fragment (`shardmeter.sim.scenario.outer_step_seconds_by_fragments`); a number is
+        the same for every count."""
+        if callable(self.outer_step_s):
+            return self.outer_step_s(fragments)
+        return self.outer_step_s
 
     def delay_limit(self, h: int) -> int | None:
         """The largest τ auto may take at H (None: up to the window)."""
@@ -190,10 +212,16 @@ class _Search:
         )
 
     def least_blocking(self, options: Sequence[tuple[float, int, int]]) -> tuple[float, int, int]:
-        """The option with the least blocking (ties: preferred fragments, shorter delay)."""
+        """The option with the least blocking plus outer optimizer steps (`outer_step`: F
+        fragments cost F optimizer calls) per outer step (ties: preferred fragments, shorter
+        delay)."""
         return min(
             options,
-            key=lambda o: (o[0], fragment_preference(o[1], self.target_fragments), o[2]),
+            key=lambda o: (
+                o[0] + self.outer_step(o[1]),
+                fragment_preference(o[1], self.target_fragments),
+                o[2],
+            ),
         )
 
     def fits(self, h: int) -> bool:
@@ -363,10 +391,13 @@ def search_settings(
     *,
     max_fragment_sync_delay_fraction: float | None = None,
     target_fragments: float | None = None,
+    outer_step_s: float | Callable[[int], float] = 0.0,
 ) -> SettingsChoice:
     """The preferred fragments (nearest ``target_fragments``, else the fewest), then the
     shortest delay (≤ ``max_fragment_sync_delay`` and ≤ ⌊``max_fragment_sync_delay_fraction``
-    × H⌋), with zero blocking for this ``sync_every``; else the least blocking.
+    × H⌋), with zero blocking for this ``sync_every``; else the least blocking plus outer
+    optimizer steps (``outer_step_s``: seconds per outer step, a function of the fragment
+    count where each fragment's step is its own call).
     ``fragments`` and ``fragment_sync_delay`` pin user-fixed values. ``all_reduce(F)`` gives
     each fragment's all_reduce seconds when the model is cut into F fragments.
     ``candidates`` (with `HINT_SYNC_EVERY_CANDIDATES`) are where the hint for a
@@ -381,6 +412,7 @@ def search_settings(
         candidates,
         max_fragment_sync_delay_fraction,
         target_fragments,
+        outer_step_s,
     )
     return search.at(sync_every)
 
@@ -394,15 +426,16 @@ def choose_sync_every(
     candidates: Sequence[int] = SYNC_EVERY_CANDIDATES,
     max_sync_every: int | None = None,
     max_fragment_sync_delay: int | None = None,
-    outer_step_s: float = 0.0,
+    outer_step_s: float | Callable[[int], float] = 0.0,
     *,
     max_fragment_sync_delay_fraction: float | None = None,
     target_fragments: float | None = None,
 ) -> SettingsChoice:
     """``sync_every: auto`` for Streaming DiLoCo (see the module docstring): the smallest
     candidate H ≤ ``max_sync_every`` with zero blocking; else the settings with the least
-    ``(blocking + outer_step_s) / H``. When the delay limit relative to H is what rules out
-    a smaller H, the reason says so."""
+    ``(blocking + outer_step_s(F)) / H`` (``outer_step_s``: the outer optimizer steps per
+    outer step with F fragments, or one number for every F). When the delay limit relative
+    to H is what rules out a smaller H, the reason says so."""
     search = _Search(
         step_s,
         all_reduce,
@@ -413,6 +446,7 @@ def choose_sync_every(
         candidates,
         max_fragment_sync_delay_fraction,
         target_fragments,
+        outer_step_s,
     )
     limit = max(candidates) if max_sync_every is None else max_sync_every
     hs = sync_every_candidates(limit, candidates, fragments)
@@ -426,7 +460,7 @@ def choose_sync_every(
             return replace(choice, reason=choice.reason + search.relative_limit_note(hs[:i]))
         if options:
             blocking, f, tau = search.least_blocking(options)
-            key = ((blocking + outer_step_s) / h, h, f, tau, blocking)
+            key = ((blocking + search.outer_step(f)) / h, h, f, tau, blocking)
             if best is None or key[:4] < best[:4]:
                 best = key
     if best is None:

@@ -214,6 +214,23 @@ def test_plan_status_matches_the_cli_answer() -> None:
     assert outcome.predictions.tokens_per_second == pytest.approx(cli.tokens_per_s, rel=1e-6)
 
 
+def test_a_launched_plans_reevaluation_keeps_its_predictions() -> None:
+    """The planner's predictions (status at planning) and the re-evaluation of the same
+    islands and settings (status once launched) agree to the digits status keeps: here auto
+    picks 10 fragments, each with its own outer optimizer step, which the planner used to
+    charge as one call over the whole model (so the prediction moved after the launch)."""
+    from shardmeter_operator.trainingplan.model import reevaluate
+
+    raw = copy.deepcopy(PLAN)
+    raw["training"]["totalTokens"] = 20_000_000_000
+    raw.update(launch=True, pools=[{"name": "cluster-a"}])
+    req = plan_request(TrainingPlanSpec.model_validate(raw), {"cluster-a": POOL})
+    out = plan_outcome("storm-01", req, {"cluster-a": None})
+    assert out.settings is not None and out.settings.fragments > 1
+    ev = reevaluate(req, {"cluster-a": None}, out.islands, out.settings, out.predictions)
+    assert ev.predictions == out.predictions
+
+
 def test_needs_work_follows_generation_and_pool_revisions() -> None:
     body = {
         "metadata": {"generation": 1},
