@@ -22,7 +22,15 @@ def _true(obj: Mapping[str, Any] | None, type_: str) -> Mapping[str, Any] | None
 
 
 def restarts_of(jobset: Mapping[str, Any] | None) -> int:
-    return int(((jobset or {}).get("status") or {}).get("restarts") or 0)
+    """Restarts of the JobSet: of every island (``status.restarts``, RestartJobSet) plus of
+    single islands (JobSet v0.12's ``replicatedJobsStatus[].jobRestarts``, RestartJob)."""
+    status = (jobset or {}).get("status") or {}
+    alone = sum(
+        int(n or 0)
+        for r in status.get("replicatedJobsStatus") or []
+        for n in r.get("jobRestarts") or []
+    )
+    return int(status.get("restarts") or 0) + alone
 
 
 AWAITING_POLICY = "; waiting for the JobSet's failure policy"
@@ -46,6 +54,8 @@ def follow_jobset(
     """Each island's state from the JobSet and its current attempt's child Jobs (by name).
     ``queued``: why a suspended JobSet waits (Kueue's message), empty when not queued."""
     restarts = restarts_of(jobset)
+    # JobSet-wide restarts: what the child Jobs' job-restart-attempt label counts
+    whole = int(((jobset or {}).get("status") or {}).get("restarts") or 0)
     done = _true(jobset, "Completed")
     failed = _true(jobset, "Failed")
     suspended = bool(((jobset or {}).get("spec") or {}).get("suspend"))
@@ -53,7 +63,7 @@ def follow_jobset(
     for isl in islands:
         job = jobs.get(isl.name)
         attempt = ((job or {}).get("metadata") or {}).get("labels", {}).get(RESTART_ATTEMPT_KEY)
-        if job is not None and attempt is not None and attempt != str(restarts):
+        if job is not None and attempt is not None and attempt != str(whole):
             job = None  # the previous attempt's Job, being deleted by the restart
         state: tuple[IslandState, str, str]
         if jobset is None:

@@ -419,7 +419,15 @@ def launched_message(st: TrainingPlanStatus) -> tuple[str, str]:
     assert st.launch is not None
     rev, queue = st.launch.revision, st.launch.queue_name
     queued = f", suspended in LocalQueue {queue} until Kueue admits it" if queue else ""
-    alone = "; a failed island restarts alone" if st.launch.restart is RestartScope.ISLAND else ""
+    if st.launch.restart is RestartScope.ISLAND:
+        alone = "; a failed island restarts alone"
+    elif st.launch.workload is WorkloadKind.JOBSET and len(st.islands) > 1:
+        alone = (
+            "; a failed island restarts every island (spec.restart AllIslands, or the "
+            "cluster's JobSet refuses RestartJob: see docs/operator.md)"
+        )
+    else:
+        alone = ""
     if st.launch.sites:
         shown = ", ".join(
             f"{s.job_set} ({len(s.islands)} island(s) in {s.queue_name} → {s.cluster})"
@@ -431,7 +439,11 @@ def launched_message(st: TrainingPlanStatus) -> tuple[str, str]:
             Reason.JOBSET_CREATED,
         )
     if st.launch.workload is WorkloadKind.JOBSET:
-        groups = jobsets.replicated_jobs(st.islands)
+        groups = (
+            [jobsets.island_group(k) for k in range(len(st.islands))]
+            if st.launch.restart is RestartScope.ISLAND
+            else jobsets.replicated_jobs(st.islands)
+        )
         return (
             f"JobSet {st.launch.job_set} of revision {rev}: {len(st.islands)} island(s) in "
             f"{len(groups)} replicated Job(s) ({', '.join(g.name for g in groups)}){queued}"
