@@ -265,6 +265,8 @@ class LaunchRecord(Status):
     """Every child has been created (missing ones are then reported, never re-created)."""
     workload: WorkloadKind = WorkloadKind.JOB
     """What the launch created for the islands: Jobs, or one JobSet."""
+    workload_defaulted: bool = Field(default=False, exclude_if=lambda v: not v)
+    """``spec.workload`` was unset: JobSet because the cluster serves it, else Job."""
     job_set: str = Field(default="", max_length=63)
     """The JobSet's name (workload JobSet)."""
     queue_name: str = Field(default="", max_length=63)

@@ -407,6 +407,7 @@ def launch_record(
     """The workload fields of the LaunchRecord."""
     return {
         "workload": kind,
+        "workload_defaulted": spec.workload is None and not sites,
         "job_set": jobsets.jobset_name(plan) if kind is WorkloadKind.JOBSET and not sites else "",
         "queue_name": "" if sites else spec.queue_name,
         "sites": list(sites),
@@ -428,6 +429,13 @@ def launched_message(st: TrainingPlanStatus) -> tuple[str, str]:
         )
     else:
         alone = ""
+    if st.launch.workload_defaulted:
+        why = (
+            "the cluster serves jobset.x-k8s.io"
+            if st.launch.workload is WorkloadKind.JOBSET
+            else "the cluster does not serve jobset.x-k8s.io"
+        )
+        alone += f" (spec.workload unset: {st.launch.workload.value}, because {why})"
     if st.launch.sites:
         shown = ", ".join(
             f"{s.job_set} ({len(s.islands)} island(s) in {s.queue_name} → {s.cluster})"
@@ -451,6 +459,6 @@ def launched_message(st: TrainingPlanStatus) -> tuple[str, str]:
             Reason.JOBSET_CREATED,
         )
     return (
-        f"{len(st.jobs)} Job(s) of revision {rev}: {', '.join(st.jobs)}{queued}",
+        f"{len(st.jobs)} Job(s) of revision {rev}: {', '.join(st.jobs)}{queued}{alone}",
         Reason.JOBS_CREATED,
     )
