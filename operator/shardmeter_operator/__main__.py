@@ -76,6 +76,24 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="Prometheus for plans with spec.observe.stepSecondsQuery (default: none)",
     )
     p.add_argument(
+        "--admission-port",
+        type=int,
+        help="HTTPS port of the placement admission webhook (default 0: no webhook)",
+    )
+    p.add_argument(
+        "--admission-cert-dir",
+        help="directory with tls.crt and tls.key (default: kopf's self-signed certificate)",
+    )
+    p.add_argument("--admission-host", help="hostname of the webhook (its Service's DNS name)")
+    p.add_argument(
+        "--admission-timeout", type=float, help="seconds placing one workload may take (5)"
+    )
+    p.add_argument(
+        "--admission-failure",
+        choices=["open", "closed"],
+        help="placement out of time or failed: admit unplaced (open) or deny (closed, default)",
+    )
+    p.add_argument(
         "--standalone", action="store_true", help="no peering with other operator instances"
     )
     p.add_argument(
@@ -119,6 +137,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         observe_window=args.observe_window,
         observed_min_samples=args.observed_min_samples,
         prometheus_url=args.prometheus_url,
+        admission_port=args.admission_port,
+        admission_cert_dir=args.admission_cert_dir,
+        admission_host=args.admission_host,
+        admission_timeout_s=args.admission_timeout,
+        admission_failure=args.admission_failure,
     )
     if args.metrics_port:
         metrics.serve(args.metrics_port)

@@ -32,6 +32,19 @@ class OperatorConfig:
     """Observed islands a pool's correction needs before plans use it."""
     prometheus_url: str = ""
     """Prometheus for plans that name a step-seconds query (empty: the log only)."""
+    admission_port: int = 0
+    """Port of the placement admission webhook's HTTPS server (0: no webhook)."""
+    admission_cert_dir: str = ""
+    """A directory with ``tls.crt`` and ``tls.key`` (cert-manager's Secret) for the webhook;
+    empty: kopf's self-signed certificate (needs the ``certbuilder`` package)."""
+    admission_host: str = ""
+    """The hostname the webhook is reached by (its Service's DNS name), for the self-signed
+    certificate."""
+    admission_timeout_s: float = 5.0
+    """How long placing one workload may take; keep it below the webhook's timeoutSeconds."""
+    admission_failure: str = "closed"
+    """When placement cannot decide in time (or fails unexpectedly): ``closed`` denies the
+    workload with the reason, ``open`` admits it unplaced with a warning."""
 
     ENV: ClassVar[dict[str, str]] = {
         "namespace": "POD_NAMESPACE",
@@ -46,6 +59,11 @@ class OperatorConfig:
         "observe_window": "SHARDMETER_OBSERVE_WINDOW",
         "observed_min_samples": "SHARDMETER_OBSERVED_MIN_SAMPLES",
         "prometheus_url": "SHARDMETER_PROMETHEUS_URL",
+        "admission_port": "SHARDMETER_ADMISSION_PORT",
+        "admission_cert_dir": "SHARDMETER_ADMISSION_CERT_DIR",
+        "admission_host": "SHARDMETER_ADMISSION_HOST",
+        "admission_timeout_s": "SHARDMETER_ADMISSION_TIMEOUT_S",
+        "admission_failure": "SHARDMETER_ADMISSION_FAILURE",
     }
 
     @classmethod

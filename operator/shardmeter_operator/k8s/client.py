@@ -93,6 +93,9 @@ _CUSTOM: dict[tuple[str, str], _Custom] = {
     ("kueue.x-k8s.io/v1beta1", "ResourceFlavor"): _Custom(
         "kueue.x-k8s.io", "v1beta1", "resourceflavors", namespaced=False
     ),
+    ("shardmeter.io/v1alpha1", "TrainingPlan"): _Custom(
+        "shardmeter.io", "v1alpha1", "trainingplans"
+    ),  # created for a workload placed at admission
     ("apiextensions.k8s.io/v1", "CustomResourceDefinition"): _Custom(
         "apiextensions.k8s.io", "v1", "customresourcedefinitions", namespaced=False
     ),

@@ -1,0 +1,168 @@
+"""kopf's side of placement at admission, thin: the webhook server, the mutating handler
+that places an opted-in JobSet on create (:func:`~.placement.place_jobset`, in a worker
+thread, bounded by ``--admission-timeout``; out of time it fails open or closed as
+configured), the validating handler that refuses bad annotations naming them, and the step
+after the workload is stored: its TrainingPlan and lighthouse, owned by it
+(:func:`~.placement.admitted_children`).
+
+The webhook configurations (which namespaces, ``failurePolicy``, ``timeoutSeconds``) are the
+Helm chart's, not kopf's managed ones: kopf's carry no ``namespaceSelector``."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import functools
+import os
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import kopf
+
+from shardmeter.errors import SpecError
+from shardmeter_operator.admission import annotations as notes
+from shardmeter_operator.admission.placement import (
+    ADMITTED_LABEL,
+    Placement,
+    PlacementRefusedError,
+    admitted_children,
+    default_pools,
+    place_jobset,
+)
+from shardmeter_operator.config import OperatorConfig
+from shardmeter_operator.k8s.client import Kube
+from shardmeter_operator.k8s.documents import read_documents
+from shardmeter_operator.render.jobset import GROUP as JOBSET_GROUP
+from shardmeter_operator.render.jobset import VERSION as JOBSET_VERSION
+from shardmeter_operator.worker import trim
+
+T = TypeVar("T")
+JOBSETS = (JOBSET_GROUP, JOBSET_VERSION, "jobsets")
+DENIED_CODE = 400
+"""HTTP code of a denial: the request is wrong (kube-apiserver answers it to the client)."""
+POOLS_KNOWN_WAIT_S = 1.0
+
+_placing = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="admission")
+"""Its own worker: an admission never queues behind a TrainingPlan's search."""
+
+
+async def _in_worker(fn: Callable[..., T], *args: Any) -> T:
+    def run() -> T:
+        try:
+            return fn(*args)
+        finally:
+            trim()
+
+    return await asyncio.get_running_loop().run_in_executor(_placing, run)
+
+
+def webhook_server(cfg: OperatorConfig) -> kopf.WebhookServer:
+    """HTTPS on ``--admission-port``: cert-manager's certificate from ``--admission-cert-dir``,
+    else kopf's self-signed one for ``--admission-host``."""
+    if cfg.admission_cert_dir:
+        return kopf.WebhookServer(
+            addr="0.0.0.0",  # the webhook Service reaches the pod
+            port=cfg.admission_port,
+            certfile=os.path.join(cfg.admission_cert_dir, "tls.crt"),
+            pkeyfile=os.path.join(cfg.admission_cert_dir, "tls.key"),
+            host=cfg.admission_host or None,
+        )
+    return kopf.WebhookServer(
+        addr="0.0.0.0",
+        port=cfg.admission_port,
+        host=cfg.admission_host or None,
+    )
+
+
+async def place(body: kopf.Body, memo: kopf.Memo, warnings: list[str]) -> Placement | None:
+    """The placement of an opted-in JobSet (None: not opted in, or failed open). Raises
+    :class:`kopf.AdmissionError` to deny, with the annotation or field to change."""
+    cfg: OperatorConfig = memo.config
+    try:
+        if not notes.opted_in(body.get("metadata", {}).get("annotations") or {}):
+            return None
+        return await asyncio.wait_for(_place(dict(body), memo), cfg.admission_timeout_s)
+    except (PlacementRefusedError, SpecError) as exc:
+        raise kopf.AdmissionError(f"shardmeter placement: {exc}", code=DENIED_CODE) from None
+    except TimeoutError:
+        reason = f"placement did not decide within {cfg.admission_timeout_s:g} s"
+    except Exception as exc:  # an API outage, a bug: the configured policy
+        reason = f"placement failed: {type(exc).__name__}: {exc}"[:500]
+    if cfg.admission_failure == "open":
+        warnings.append(f"shardmeter: {reason}; admitted unplaced")
+        return None
+    raise kopf.AdmissionError(f"shardmeter placement: {reason}", code=500)
+
+
+async def _place(body: dict[str, Any], memo: kopf.Memo) -> Placement:
+    cfg: OperatorConfig = memo.config
+    kube: Kube = memo.kube
+    ctl = memo.controller
+    if not ctl.pools_known.is_set():  # just started: the GPUPool watch has not listed yet
+        await asyncio.wait_for(ctl.pools_known.wait(), POOLS_KNOWN_WAIT_S)
+    meta = body.get("metadata") or {}
+    request = notes.parse(meta.get("annotations") or {})
+    model: Any = request.model
+    if request.model_configmap is not None:
+        cm = await kube.get("v1", "ConfigMap", meta.get("namespace"), request.model_configmap)
+        model = notes.model_from_configmap(request.model_configmap, cm)
+    pools = dict(ctl.pools)
+    names = list(request.pools) or default_pools(pools)
+    documents, doc_notes = await read_documents(names, cfg, kube)
+    return await _in_worker(
+        functools.partial(place_jobset, document_notes=doc_notes),
+        body,
+        request,
+        model,
+        pools,
+        documents,
+        cfg,
+    )
+
+
+def _become(desired: dict[str, Any]) -> Callable[[Any], None]:
+    def fn(raw: Any) -> None:
+        raw.clear()
+        raw.update(desired)
+
+    return fn
+
+
+def register(registry: kopf.OperatorRegistry, *, webhooks: bool) -> None:
+    """The step after an admitted workload is stored, and — with ``webhooks``
+    (``--admission-port``; kopf refuses admission handlers without a server) — the server
+    and the admission handlers."""
+
+    @kopf.on.event(
+        *JOBSETS, registry=registry, id="admitted-jobset", labels={ADMITTED_LABEL: "true"}
+    )
+    async def admitted(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+        """Once the placed workload is stored: its TrainingPlan and lighthouse (409: there)."""
+        if type not in (None, "ADDED"):
+            return
+        kube: Kube = memo.kube
+        for manifest in admitted_children(dict(body), memo.config):
+            await kube.create(manifest)
+
+    if not webhooks:
+        return
+
+    @kopf.on.startup(registry=registry, id="admission-server")
+    async def serve(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+        settings.admission.server = webhook_server(memo.config)
+
+    @kopf.on.mutate(*JOBSETS, registry=registry, id="place-jobset", operations=["CREATE"])
+    async def place_jobset_on_create(
+        body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, warnings: list[str], **_: Any
+    ) -> None:
+        placement = await place(body, memo, warnings)
+        if placement is not None:
+            patch.fns.append(_become(placement.workload))
+
+    @kopf.on.validate(*JOBSETS, registry=registry, id="check-jobset", operations=["CREATE"])
+    def check_jobset(body: kopf.Body, **_: Any) -> None:
+        try:
+            if notes.opted_in(body.get("metadata", {}).get("annotations") or {}):
+                notes.parse(body["metadata"].get("annotations") or {})
+        except SpecError as exc:
+            raise kopf.AdmissionError(f"shardmeter placement: {exc}", code=DENIED_CODE) from None
