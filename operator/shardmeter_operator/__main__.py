@@ -86,6 +86,10 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--admission-host", help="hostname of the webhook (its Service's DNS name)")
     p.add_argument(
+        "--admission-inject-ca",
+        help="webhook configurations (by name) whose caBundle the operator sets (self-signed)",
+    )
+    p.add_argument(
         "--admission-timeout", type=float, help="seconds placing one workload may take (5)"
     )
     p.add_argument(
@@ -140,6 +144,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         admission_port=args.admission_port,
         admission_cert_dir=args.admission_cert_dir,
         admission_host=args.admission_host,
+        admission_inject_ca=args.admission_inject_ca,
         admission_timeout_s=args.admission_timeout,
         admission_failure=args.admission_failure,
     )

@@ -40,6 +40,10 @@ class OperatorConfig:
     admission_host: str = ""
     """The hostname the webhook is reached by (its Service's DNS name), for the self-signed
     certificate."""
+    admission_inject_ca: str = ""
+    """The name of the Mutating- and ValidatingWebhookConfiguration (the chart's) whose
+    ``caBundle`` the operator sets from its own certificate — the self-signed path; empty:
+    cert-manager's CA injector sets it."""
     admission_timeout_s: float = 5.0
     """How long placing one workload may take; keep it below the webhook's timeoutSeconds."""
     admission_failure: str = "closed"
@@ -62,6 +66,7 @@ class OperatorConfig:
         "admission_port": "SHARDMETER_ADMISSION_PORT",
         "admission_cert_dir": "SHARDMETER_ADMISSION_CERT_DIR",
         "admission_host": "SHARDMETER_ADMISSION_HOST",
+        "admission_inject_ca": "SHARDMETER_ADMISSION_INJECT_CA",
         "admission_timeout_s": "SHARDMETER_ADMISSION_TIMEOUT_S",
         "admission_failure": "SHARDMETER_ADMISSION_FAILURE",
     }

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import functools
 import os
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar
 
 import kopf
+import structlog
 
 from shardmeter.errors import SpecError
 from shardmeter_operator.admission import annotations as notes
@@ -29,8 +31,9 @@ from shardmeter_operator.admission.placement import (
     default_pools,
     place_jobset,
 )
+from shardmeter_operator.api import GROUP, VERSION
 from shardmeter_operator.config import OperatorConfig
-from shardmeter_operator.k8s.client import Kube
+from shardmeter_operator.k8s.client import ApiError, Kube
 from shardmeter_operator.k8s.documents import read_documents
 from shardmeter_operator.render.jobset import GROUP as JOBSET_GROUP
 from shardmeter_operator.render.jobset import VERSION as JOBSET_VERSION
@@ -41,6 +44,8 @@ JOBSETS = (JOBSET_GROUP, JOBSET_VERSION, "jobsets")
 DENIED_CODE = 400
 """HTTP code of a denial: the request is wrong (kube-apiserver answers it to the client)."""
 POOLS_KNOWN_WAIT_S = 1.0
+INJECT_ATTEMPTS, INJECT_INTERVAL_S = 240, 0.5
+log = structlog.get_logger("shardmeter_operator")
 
 _placing = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="admission")
 """Its own worker: an admission never queues behind a TrainingPlan's search."""
@@ -56,22 +61,60 @@ async def _in_worker(fn: Callable[..., T], *args: Any) -> T:
     return await asyncio.get_running_loop().run_in_executor(_placing, run)
 
 
-def webhook_server(cfg: OperatorConfig) -> kopf.WebhookServer:
+class CAInjectingServer(kopf.WebhookServer):
+    """kopf's HTTPS webhook server that, each time it (re)starts with a certificate, sets
+    that certificate's CA as ``caBundle`` of the chart's webhook configurations — what
+    cert-manager's CA injector does on the cert-manager path."""
+
+    def __init__(self, *, kube: Kube, configuration: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.kube, self.configuration = kube, configuration
+        self._injecting: asyncio.Task[None] | None = None
+
+    async def __call__(self, fn: Any) -> AsyncIterator[Any]:
+        async for client_config in super().__call__(fn):
+            ca = client_config.get("caBundle")
+            if ca:
+                if self._injecting is not None:
+                    self._injecting.cancel()
+                self._injecting = asyncio.create_task(self._inject(ca))
+            yield client_config
+
+    async def _inject(self, ca: str) -> None:
+        """Until both configurations carry ``ca`` (they may be created after the pod starts)."""
+        kinds = ["MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"]
+        for _ in range(INJECT_ATTEMPTS):
+            try:
+                kinds = [
+                    k
+                    for k in kinds
+                    if not await self.kube.set_webhook_ca(k, self.configuration, ca)
+                ]
+            except ApiError as exc:
+                log.warning("cannot set the webhook caBundle", error=str(exc))
+            if not kinds:
+                return
+            await asyncio.sleep(INJECT_INTERVAL_S)
+        log.warning("webhook configurations not found", name=self.configuration, kinds=kinds)
+
+
+def webhook_server(cfg: OperatorConfig, kube: Kube) -> kopf.WebhookServer:
     """HTTPS on ``--admission-port``: cert-manager's certificate from ``--admission-cert-dir``,
-    else kopf's self-signed one for ``--admission-host``."""
+    else kopf's self-signed one for ``--admission-host``; with ``--admission-inject-ca`` the
+    server sets its CA in the webhook configurations of that name."""
+    kwargs: dict[str, Any] = {
+        "addr": "0.0.0.0",  # the webhook Service reaches the pod
+        "port": cfg.admission_port,
+        "host": cfg.admission_host or None,
+    }
     if cfg.admission_cert_dir:
-        return kopf.WebhookServer(
-            addr="0.0.0.0",  # the webhook Service reaches the pod
-            port=cfg.admission_port,
-            certfile=os.path.join(cfg.admission_cert_dir, "tls.crt"),
-            pkeyfile=os.path.join(cfg.admission_cert_dir, "tls.key"),
-            host=cfg.admission_host or None,
-        )
-    return kopf.WebhookServer(
-        addr="0.0.0.0",
-        port=cfg.admission_port,
-        host=cfg.admission_host or None,
-    )
+        kwargs["certfile"] = os.path.join(cfg.admission_cert_dir, "tls.crt")
+        kwargs["pkeyfile"] = os.path.join(cfg.admission_cert_dir, "tls.key")
+    if cfg.admission_host:
+        kwargs["extra_sans"] = [cfg.admission_host.split(".")[0], cfg.admission_host]
+    if cfg.admission_inject_ca:
+        return CAInjectingServer(kube=kube, configuration=cfg.admission_inject_ca, **kwargs)
+    return kopf.WebhookServer(**kwargs)
 
 
 async def place(body: kopf.Body, memo: kopf.Memo, warnings: list[str]) -> Placement | None:
@@ -98,10 +141,18 @@ async def _place(body: dict[str, Any], memo: kopf.Memo) -> Placement:
     cfg: OperatorConfig = memo.config
     kube: Kube = memo.kube
     ctl = memo.controller
-    if not ctl.pools_known.is_set():  # just started: the GPUPool watch has not listed yet
-        await asyncio.wait_for(ctl.pools_known.wait(), POOLS_KNOWN_WAIT_S)
     meta = body.get("metadata") or {}
     request = notes.parse(meta.get("annotations") or {})
+    if not ctl.pools_known.is_set():  # just started, or a replica that does not lead (its
+        # watches are paused): the pools the workload names from the API, or a short wait
+        for name in request.pools:
+            if name not in ctl.pools:
+                pool = await kube.get_custom(GROUP, VERSION, "gpupools", None, name)
+                if pool is not None:
+                    ctl.observe_pool(pool)
+        if not request.pools:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(ctl.pools_known.wait(), POOLS_KNOWN_WAIT_S)
     model: Any = request.model
     if request.model_configmap is not None:
         cm = await kube.get("v1", "ConfigMap", meta.get("namespace"), request.model_configmap)
@@ -149,7 +200,7 @@ def register(registry: kopf.OperatorRegistry, *, webhooks: bool) -> None:
 
     @kopf.on.startup(registry=registry, id="admission-server")
     async def serve(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
-        settings.admission.server = webhook_server(memo.config)
+        settings.admission.server = webhook_server(memo.config, memo.kube)
 
     @kopf.on.mutate(*JOBSETS, registry=registry, id="place-jobset", operations=["CREATE"])
     async def place_jobset_on_create(

@@ -215,6 +215,35 @@ class Kube:
         )
         return self._plain(obj)
 
+    async def set_webhook_ca(self, kind_name: str, name: str, ca_bundle: str) -> bool:
+        """Set ``clientConfig.caBundle`` of every webhook of the Mutating- or
+        ValidatingWebhookConfiguration ``name`` (False: it does not exist)."""
+        api = kubernetes.client.AdmissionregistrationV1Api(self.client)
+        plural = {
+            "MutatingWebhookConfiguration": "mutating_webhook_configuration",
+            "ValidatingWebhookConfiguration": "validating_webhook_configuration",
+        }[kind_name]
+        obj = await self._call(
+            f"get {kind_name} {name}", getattr(api, f"read_{plural}"), name, ok=(404,)
+        )
+        if obj is None:
+            return False
+        hooks = self._plain(obj).get("webhooks") or []
+        patch = [
+            {"op": "add", "path": f"/webhooks/{i}/clientConfig/caBundle", "value": ca_bundle}
+            for i, hook in enumerate(hooks)
+            if (hook.get("clientConfig") or {}).get("caBundle") != ca_bundle
+        ]
+        if patch:
+            await self._call(
+                f"patch {kind_name} {name}",
+                getattr(api, f"patch_{plural}"),
+                name,
+                patch,
+                _content_type="application/json-patch+json",
+            )
+        return True
+
     async def list(
         self, api_version: str, kind_name: str, namespace: str, label_selector: str
     ) -> list[Manifest]:

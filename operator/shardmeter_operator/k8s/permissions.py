@@ -69,6 +69,20 @@ PERMISSIONS: tuple[Permission, ...] = (
         "leader election between replicas (kopf peering); the operator creates its peering",
     ),
     Permission(
+        "admissionregistration.k8s.io",
+        "mutatingwebhookconfigurations",
+        ("get", "patch"),
+        "cluster",
+        "the placement webhook's self-signed path: the operator sets its caBundle",
+    ),
+    Permission(
+        "admissionregistration.k8s.io",
+        "validatingwebhookconfigurations",
+        ("get", "patch"),
+        "cluster",
+        "the placement webhook's self-signed path: the operator sets its caBundle",
+    ),
+    Permission(
         "",
         "namespaces",
         ("list", "watch"),
@@ -79,9 +93,10 @@ PERMISSIONS: tuple[Permission, ...] = (
     Permission(
         "shardmeter.io",
         "trainingplans",
-        ("get", "list", "watch", "patch"),
+        ("get", "list", "watch", "patch", "create"),
         "workload",
-        "the operator watches TrainingPlans (patch: kopf removes finalizers left by v0.1)",
+        "the operator watches TrainingPlans (patch: kopf removes finalizers left by v0.1); "
+        "creates the one recording a workload placed at admission",
     ),
     Permission(
         "shardmeter.io",
@@ -126,6 +141,22 @@ PERMISSIONS: tuple[Permission, ...] = (
         "workload",
         "the JobSet of a plan launched as workload JobSet: created, followed, deleted by a "
         "relaunch",
+    ),
+    Permission(
+        "jobset.x-k8s.io",
+        "jobsets/finalizers",
+        ("update",),
+        "workload",
+        "set blockOwnerDeletion on the TrainingPlan and lighthouse a JobSet placed at "
+        "admission owns",
+    ),
+    Permission(
+        "",
+        "configmaps",
+        ("get",),
+        "workload",
+        "the model architecture a workload placed at admission names "
+        "(shardmeter.io/model-configmap)",
     ),
     Permission(
         "kueue.x-k8s.io",

@@ -90,7 +90,7 @@ def webhook_configurations(
         return {
             "name": name,
             "admissionReviewVersions": ["v1"],
-            "clientConfig": {"url": f"{url}/{path}", "caBundle": ca},
+            "clientConfig": {"url": f"{url}/{path}", **({"caBundle": ca} if ca else {})},
             "rules": rules,
             "failurePolicy": failure,
             "sideEffects": "None",
@@ -144,6 +144,8 @@ async def placing_cluster(tmp_path: Path, **config: Any) -> Any:
 
 
 async def setup(cluster: EmulatedCluster, port: int, ca: str, **hooks: Any) -> Admission:
+    """Opted-in and other namespaces, the two pools, the webhook configurations (``ca``
+    empty: without caBundle, which the operator sets with ``admission_inject_ca``)."""
     admission = Admission.install(cluster.emulator)
     namespaces = [
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS, "labels": OPT_IN}},
@@ -163,9 +165,16 @@ async def create(cluster: EmulatedCluster, body: dict[str, Any]) -> Any:
 async def test_an_annotated_jobset_is_placed_as_a_launched_plan_renders_it(
     tmp_path: Path,
 ) -> None:
-    cm, port, ca = await placing_cluster(tmp_path)
+    cm, port, ca = await placing_cluster(tmp_path, admission_inject_ca="shardmeter")
     async with cm as cluster:
-        admission = await setup(cluster, port, ca)
+        admission = await setup(cluster, port, "")  # the operator sets the caBundle
+        await cluster.wait_for(
+            lambda: all(
+                h["clientConfig"].get("caBundle") == ca
+                for kind in ("mutatingwebhookconfigurations", "validatingwebhookconfigurations")
+                for h in (cluster.get(kind, None, "shardmeter") or {}).get("webhooks", [{}])
+            )
+        )
         done = await create(cluster, jobset("llama"))
         assert done.returncode == 0, done.stderr
         got = json.loads(
