@@ -67,7 +67,9 @@ def test_webhook_configurations_select_the_opted_in_namespaces() -> None:
         ("ValidatingWebhookConfiguration", "/check-jobset"),
     ]:
         (config,) = of(docs, kind)
-        (hook,) = config["webhooks"]
+        hook, trainjob = config["webhooks"]
+        assert trainjob["rules"][0]["resources"] == ["trainjobs"]
+        assert trainjob["clientConfig"]["service"]["path"] == path.replace("jobset", "trainjob")
         assert hook["clientConfig"]["service"] == {
             "name": f"{FULLNAME}-webhook",
             "namespace": NAMESPACE,

@@ -34,6 +34,7 @@ POOLS = PREFIX + "pools"
 MAX_ISLANDS = PREFIX + "max-islands"
 ACTIVATION_CHECKPOINTING = PREFIX + "activation-checkpointing"
 
+DEFAULT_STRATEGY = "streaming-diloco"
 MODEL_KEY = "model.yaml"
 """The key of :data:`MODEL_CONFIGMAP` that holds the architecture."""
 
@@ -71,6 +72,7 @@ class PlacementRequest:
     seq_len_tokens: int
     objective: str
     strategy: str
+    """Empty: the workload's default (:data:`DEFAULT_STRATEGY` for a JobSet)."""
     pools: tuple[str, ...]
     """Empty: every valid GPUPool."""
     max_islands: int | None
@@ -126,7 +128,7 @@ def parse(annotations: Mapping[str, str]) -> PlacementRequest:
         global_batch_tokens=batch,
         seq_len_tokens=seq,
         objective=(annotations.get(OBJECTIVE) or "throughput-fraction").strip(),
-        strategy=(annotations.get(STRATEGY) or "streaming-diloco").strip(),
+        strategy=(annotations.get(STRATEGY) or "").strip(),
         pools=pools,
         max_islands=_int(annotations, MAX_ISLANDS, required=False),
         activation_checkpointing=(annotations.get(ACTIVATION_CHECKPOINTING) or "").strip() or None,
@@ -158,8 +160,9 @@ def plan_fields(request: PlacementRequest, model: Any, pools: Sequence[str]) -> 
     }
     if request.activation_checkpointing:
         training["activationCheckpointing"] = request.activation_checkpointing
-    strategy: dict[str, Any] = {"kind": request.strategy}
-    if request.strategy != "fsdp":
+    kind = request.strategy or DEFAULT_STRATEGY
+    strategy: dict[str, Any] = {"kind": kind}
+    if kind != "fsdp":
         strategy.update(syncEvery="auto", fragments="auto", fragmentSyncDelay="auto")
     spec: dict[str, Any] = {
         "model": model,

@@ -103,18 +103,85 @@ def _island_template(jobset: Manifest) -> Manifest:
 
 
 def plan_spec(
-    workload: Manifest, request: PlacementRequest, model: Any, pools: Mapping[str, PoolView]
+    template: Manifest, request: PlacementRequest, model: Any, pools: Mapping[str, PoolView]
 ) -> dict[str, Any]:
     """The spec of the TrainingPlan that records the placement (``launch: false``: the
-    workload itself runs the islands)."""
+    workload itself runs the islands); ``template``: one island's JobTemplateSpec."""
     names = list(request.pools) or default_pools(pools)
     if not names:
         raise PlacementRefusedError(
             "no GPUPool to place on: create a GPUPool or name some in shardmeter.io/pools"
         )
     spec = plan_fields(request, model, names)
-    spec.update(launch=False, workload="JobSet", template=_island_template(workload))
+    spec.update(launch=False, workload="JobSet", template=template)
     return spec
+
+
+@dataclass(frozen=True)
+class Decided:
+    spec: dict[str, Any]
+    status: TrainingPlanStatus
+    jobset: Manifest
+    """The JobSet a launched TrainingPlan of the workload's name renders."""
+    extra: list[Manifest]
+    decision: dict[str, Any]
+
+
+def decide_placement(
+    name: str,
+    namespace: str,
+    template: Manifest,
+    request: PlacementRequest,
+    model: Any,
+    pools: Mapping[str, PoolView],
+    documents: Mapping[str, CoefficientsDocument | None],
+    cfg: OperatorConfig,
+    document_notes: Sequence[str],
+    where: str,
+) -> Decided:
+    """Plan and render as a launched TrainingPlan named ``name`` with ``template`` would be;
+    ``where``: the workload's field the TrainingPlan's ``spec.template`` stands for."""
+    if not name:
+        raise PlacementRefusedError("metadata.name: placement needs a name (not generateName)")
+    if jobsets.jobset_name(name) != name:
+        raise PlacementRefusedError(
+            f"metadata.name: {name!r} is too long for its islands' Job and pod names "
+            f"(at most {jobsets.JOBSET_NAME_MAX} characters): shorten it"
+        )
+    spec = plan_spec(template, request, model, pools)
+    uid = admission_uid(namespace, name)
+    inputs = PlanInputs(
+        name=name,
+        namespace=namespace,
+        uid=uid,
+        generation=1,
+        spec={**spec, "launch": True},
+        status=TrainingPlanStatus(),
+        pools=pools,
+        cfg=cfg,
+        documents=documents,
+        document_notes=document_notes,
+        cluster=ClusterFacts(jobset_served=True),
+    )
+    out = decide(inputs)
+    st = out.status
+    _refuse_unless_launched(st, out.validated is not None, where)
+    assert out.validated is not None
+    _refuse_multi_site(st, out.validated.pools)
+    (rendered,) = [m for m in out.create if m["kind"] == jobsets.KIND]
+    decision = {
+        "plan": st.plan,
+        "uid": uid,
+        "islands": [
+            i.model_dump(by_alias=True, include={"name", "pool", "nodes", "gpus_per_node"})
+            for i in st.islands
+        ],
+        "streamingDiLoCo": st.streaming_di_lo_co.model_dump(by_alias=True)
+        if st.streaming_di_lo_co
+        else None,
+    }
+    extra = [_unowned(m) for m in out.create if m["kind"] != jobsets.KIND]
+    return Decided(spec, st, rendered, extra, decision)
 
 
 def place_jobset(
@@ -131,59 +198,31 @@ def place_jobset(
     :class:`AnnotationError` when it cannot run as planned. CPU-heavy: run in a worker."""
     meta = workload.get("metadata") or {}
     name, namespace = str(meta.get("name") or ""), str(meta.get("namespace") or "")
-    if not name:
-        raise PlacementRefusedError("metadata.name: placement needs a name (not generateName)")
-    if jobsets.jobset_name(name) != name:
-        raise PlacementRefusedError(
-            f"metadata.name: {name!r} is too long for its islands' Job and pod names "
-            f"(at most {jobsets.JOBSET_NAME_MAX} characters): shorten it"
-        )
-    spec = plan_spec(workload, request, model, pools)
-    uid = admission_uid(namespace, name)
-    launched = {**spec, "launch": True}
-    inputs = PlanInputs(
-        name=name,
-        namespace=namespace,
-        uid=uid,
-        generation=1,
-        spec=launched,
-        status=TrainingPlanStatus(),
-        pools=pools,
-        cfg=cfg,
-        documents=documents,
-        document_notes=document_notes,
-        cluster=ClusterFacts(jobset_served=True),
+    d = decide_placement(
+        name,
+        namespace,
+        _island_template(workload),
+        request,
+        model,
+        pools,
+        documents,
+        cfg,
+        document_notes,
+        "spec.replicatedJobs[0].template",
     )
-    out = decide(inputs)
-    st = out.status
-    _refuse_unless_launched(st, out.validated is not None)
-    assert out.validated is not None
-    _refuse_multi_site(st, out.validated.pools)
-    (rendered,) = [m for m in out.create if m["kind"] == jobsets.KIND]
-    extra = [_unowned(m) for m in out.create if m["kind"] != jobsets.KIND]
-    decision = {
-        "plan": st.plan,
-        "uid": uid,
-        "islands": [
-            i.model_dump(by_alias=True, include={"name", "pool", "nodes", "gpus_per_node"})
-            for i in st.islands
-        ],
-        "streamingDiLoCo": st.streaming_di_lo_co.model_dump(by_alias=True)
-        if st.streaming_di_lo_co
-        else None,
-    }
     return Placement(
-        workload=mutated(workload, rendered, st.plan, decision, spec),
-        plan=plan_manifest(name, namespace, spec, jobsets.KIND, st.plan, decision),
-        status=st,
-        extra=extra,
+        workload=mutated(workload, d.jobset, d.status.plan, d.decision, d.spec),
+        plan=plan_manifest(name, namespace, d.spec, jobsets.KIND, d.status.plan, d.decision),
+        status=d.status,
+        extra=d.extra,
     )
 
 
-def _refuse_unless_launched(st: TrainingPlanStatus, valid: bool) -> None:
+def _refuse_unless_launched(st: TrainingPlanStatus, valid: bool, where: str) -> None:
     def message(type_: str) -> str:
         c = get_condition(st.conditions, type_)
-        return name_annotation(c.message) if c is not None else "unknown"
+        text = name_annotation(c.message) if c is not None else "unknown"
+        return text.replace("spec.template", where)
 
     if not valid:
         raise PlacementRefusedError(message(Type.VALID))
@@ -228,8 +267,8 @@ def mutated(
     meta["annotations"] = {
         **(meta.get("annotations") or {}),
         PLACED_ANNOTATION: plan,
-        DECISION_ANNOTATION: _json(decision),
-        PLAN_SPEC_ANNOTATION: _json(recorded_spec(spec)),
+        DECISION_ANNOTATION: as_json(decision),
+        PLAN_SPEC_ANNOTATION: as_json(recorded_spec(spec)),
     }
     suspend = bool((workload.get("spec") or {}).get("suspend"))
     out["spec"] = copy.deepcopy(rendered["spec"])
@@ -238,7 +277,7 @@ def mutated(
     return out
 
 
-def _json(value: Any) -> str:
+def as_json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
@@ -294,7 +333,7 @@ def plan_manifest(
             "labels": {WORKLOAD_KIND_LABEL: kind, WORKLOAD_NAME_LABEL: name},
             "annotations": {
                 PLACED_ANNOTATION: plan,
-                DECISION_ANNOTATION: _json(decision),
+                DECISION_ANNOTATION: as_json(decision),
             },
         },
         "spec": dict(spec),

@@ -23,6 +23,7 @@ import structlog
 
 from shardmeter.errors import SpecError
 from shardmeter_operator.admission import annotations as notes
+from shardmeter_operator.admission import trainjob as trainjobs
 from shardmeter_operator.admission.placement import (
     ADMITTED_LABEL,
     Placement,
@@ -41,6 +42,7 @@ from shardmeter_operator.worker import trim
 
 T = TypeVar("T")
 JOBSETS = (JOBSET_GROUP, JOBSET_VERSION, "jobsets")
+TRAINJOBS = (trainjobs.GROUP, trainjobs.VERSION, "trainjobs")
 DENIED_CODE = 400
 """HTTP code of a denial: the request is wrong (kube-apiserver answers it to the client)."""
 POOLS_KNOWN_WAIT_S = 1.0
@@ -117,14 +119,20 @@ def webhook_server(cfg: OperatorConfig, kube: Kube) -> kopf.WebhookServer:
     return kopf.WebhookServer(**kwargs)
 
 
-async def place(body: kopf.Body, memo: kopf.Memo, warnings: list[str]) -> Placement | None:
-    """The placement of an opted-in JobSet (None: not opted in, or failed open). Raises
-    :class:`kopf.AdmissionError` to deny, with the annotation or field to change."""
+Placer = Callable[..., Placement]
+
+
+async def place(
+    body: kopf.Body, memo: kopf.Memo, warnings: list[str], placer: Placer = place_jobset
+) -> Placement | None:
+    """The placement of an opted-in workload by ``placer`` (None: not opted in, or failed
+    open). Raises :class:`kopf.AdmissionError` to deny, with the annotation or field to
+    change."""
     cfg: OperatorConfig = memo.config
     try:
         if not notes.opted_in(body.get("metadata", {}).get("annotations") or {}):
             return None
-        return await asyncio.wait_for(_place(dict(body), memo), cfg.admission_timeout_s)
+        return await asyncio.wait_for(_place(dict(body), memo, placer), cfg.admission_timeout_s)
     except (PlacementRefusedError, SpecError) as exc:
         raise kopf.AdmissionError(f"shardmeter placement: {exc}", code=DENIED_CODE) from None
     except TimeoutError:
@@ -137,7 +145,7 @@ async def place(body: kopf.Body, memo: kopf.Memo, warnings: list[str]) -> Placem
     raise kopf.AdmissionError(f"shardmeter placement: {reason}", code=500)
 
 
-async def _place(body: dict[str, Any], memo: kopf.Memo) -> Placement:
+async def _place(body: dict[str, Any], memo: kopf.Memo, placer: Placer) -> Placement:
     cfg: OperatorConfig = memo.config
     kube: Kube = memo.kube
     ctl = memo.controller
@@ -161,7 +169,7 @@ async def _place(body: dict[str, Any], memo: kopf.Memo) -> Placement:
     names = list(request.pools) or default_pools(pools)
     documents, doc_notes = await read_documents(names, cfg, kube)
     return await _in_worker(
-        functools.partial(place_jobset, document_notes=doc_notes),
+        functools.partial(placer, document_notes=doc_notes),
         body,
         request,
         model,
@@ -179,15 +187,23 @@ def _become(desired: dict[str, Any]) -> Callable[[Any], None]:
     return fn
 
 
+def check_annotations(body: kopf.Body) -> None:
+    """The validating side: an opted-in workload's annotations parse (else denied, naming
+    the annotation)."""
+    try:
+        if notes.opted_in(body.get("metadata", {}).get("annotations") or {}):
+            notes.parse(body["metadata"].get("annotations") or {})
+    except SpecError as exc:
+        raise kopf.AdmissionError(f"shardmeter placement: {exc}", code=DENIED_CODE) from None
+
+
 def register(registry: kopf.OperatorRegistry, *, webhooks: bool) -> None:
     """The step after an admitted workload is stored, and — with ``webhooks``
     (``--admission-port``; kopf refuses admission handlers without a server) — the server
-    and the admission handlers."""
+    and the admission handlers of JobSets and TrainJobs."""
+    admitted = {ADMITTED_LABEL: "true"}
 
-    @kopf.on.event(
-        *JOBSETS, registry=registry, id="admitted-jobset", labels={ADMITTED_LABEL: "true"}
-    )
-    async def admitted(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    async def create_children(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
         """Once the placed workload is stored: its TrainingPlan and lighthouse (409: there)."""
         if type not in (None, "ADDED"):
             return
@@ -195,6 +211,12 @@ def register(registry: kopf.OperatorRegistry, *, webhooks: bool) -> None:
         for manifest in admitted_children(dict(body), memo.config):
             await kube.create(manifest)
 
+    kopf.on.event(*JOBSETS, registry=registry, id="admitted-jobset", labels=admitted)(
+        create_children
+    )
+    kopf.on.event(*TRAINJOBS, registry=registry, id="admitted-trainjob", labels=admitted)(
+        create_children
+    )
     if not webhooks:
         return
 
@@ -202,18 +224,29 @@ def register(registry: kopf.OperatorRegistry, *, webhooks: bool) -> None:
     async def serve(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
         settings.admission.server = webhook_server(memo.config, memo.kube)
 
-    @kopf.on.mutate(*JOBSETS, registry=registry, id="place-jobset", operations=["CREATE"])
-    async def place_jobset_on_create(
-        body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, warnings: list[str], **_: Any
-    ) -> None:
-        placement = await place(body, memo, warnings)
-        if placement is not None:
-            patch.fns.append(_become(placement.workload))
+    for resource, kind, placer in [
+        (JOBSETS, "jobset", place_jobset),
+        (TRAINJOBS, "trainjob", trainjobs.place_trainjob),
+    ]:
 
-    @kopf.on.validate(*JOBSETS, registry=registry, id="check-jobset", operations=["CREATE"])
-    def check_jobset(body: kopf.Body, **_: Any) -> None:
-        try:
-            if notes.opted_in(body.get("metadata", {}).get("annotations") or {}):
-                notes.parse(body["metadata"].get("annotations") or {})
-        except SpecError as exc:
-            raise kopf.AdmissionError(f"shardmeter placement: {exc}", code=DENIED_CODE) from None
+        async def mutate(
+            body: kopf.Body,
+            patch: kopf.Patch,
+            memo: kopf.Memo,
+            warnings: list[str],
+            placer: Placer = placer,
+            **_: Any,
+        ) -> None:
+            placement = await place(body, memo, warnings, placer)
+            if placement is not None:
+                patch.fns.append(_become(placement.workload))
+
+        def validate(body: kopf.Body, **_: Any) -> None:
+            check_annotations(body)
+
+        kopf.on.mutate(*resource, registry=registry, id=f"place-{kind}", operations=["CREATE"])(
+            mutate
+        )
+        kopf.on.validate(*resource, registry=registry, id=f"check-{kind}", operations=["CREATE"])(
+            validate
+        )

@@ -151,6 +151,20 @@ PERMISSIONS: tuple[Permission, ...] = (
         "admission owns",
     ),
     Permission(
+        "trainer.kubeflow.org",
+        "trainjobs",
+        ("get", "list", "watch"),
+        "workload",
+        "Kubeflow Trainer v2 TrainJobs placed at admission: their TrainingPlan follows them",
+    ),
+    Permission(
+        "trainer.kubeflow.org",
+        "trainjobs/finalizers",
+        ("update",),
+        "workload",
+        "set blockOwnerDeletion on the TrainingPlan a TrainJob placed at admission owns",
+    ),
+    Permission(
         "",
         "configmaps",
         ("get",),

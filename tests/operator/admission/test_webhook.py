@@ -76,40 +76,45 @@ def webhook_configurations(
     url: str, ca: str, *, failure: str = "Fail", timeout_s: int = 10
 ) -> list[dict[str, Any]]:
     """What the chart installs (deploy/helm/shardmeter/templates/webhook.yaml), with a URL."""
-    rules = [
-        {
-            "apiGroups": ["jobset.x-k8s.io"],
-            "apiVersions": ["v1alpha2"],
-            "operations": ["CREATE"],
-            "resources": ["jobsets"],
-            "scope": "Namespaced",
-        }
-    ]
 
-    def hook(name: str, path: str) -> dict[str, Any]:
+    def hook(step: str, kind: str, group: str, version: str) -> dict[str, Any]:
         return {
-            "name": name,
+            "name": f"{step}-{kind}.shardmeter.io",
             "admissionReviewVersions": ["v1"],
-            "clientConfig": {"url": f"{url}/{path}", **({"caBundle": ca} if ca else {})},
-            "rules": rules,
+            "clientConfig": {"url": f"{url}/{step}-{kind}", **({"caBundle": ca} if ca else {})},
+            "rules": [
+                {
+                    "apiGroups": [group],
+                    "apiVersions": [version],
+                    "operations": ["CREATE"],
+                    "resources": [f"{kind}s"],
+                    "scope": "Namespaced",
+                }
+            ],
             "failurePolicy": failure,
             "sideEffects": "None",
             "timeoutSeconds": timeout_s,
             "namespaceSelector": {"matchLabels": OPT_IN},
         }
 
+    def hooks(step: str) -> list[dict[str, Any]]:
+        return [
+            hook(step, "jobset", "jobset.x-k8s.io", "v1alpha2"),
+            hook(step, "trainjob", "trainer.kubeflow.org", "v1alpha1"),
+        ]
+
     return [
         {
             "apiVersion": "admissionregistration.k8s.io/v1",
             "kind": "MutatingWebhookConfiguration",
             "metadata": {"name": "shardmeter"},
-            "webhooks": [hook("place-jobset.shardmeter.io", "place-jobset")],
+            "webhooks": hooks("place"),
         },
         {
             "apiVersion": "admissionregistration.k8s.io/v1",
             "kind": "ValidatingWebhookConfiguration",
             "metadata": {"name": "shardmeter"},
-            "webhooks": [hook("check-jobset.shardmeter.io", "check-jobset")],
+            "webhooks": hooks("check"),
         },
     ]
 
@@ -310,3 +315,84 @@ async def test_out_of_time_fails_open_or_closed_as_configured(tmp_path: Path) ->
                     stored is not None
                     and PLACED_ANNOTATION not in stored["metadata"]["annotations"]
                 )
+
+
+TRAINER_CRD = Path(__file__).resolve().parents[2] / "support" / "crds" / "trainer.kubeflow.org.yaml"
+
+
+def trainjob(name: str, **annotations: str) -> dict[str, Any]:
+    """A Kubeflow Trainer v2 TrainJob as an ML engineer submits it (the torch runtime)."""
+    (container,) = PLAN["spec"]["template"]["spec"]["template"]["spec"]["containers"]
+    return {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {
+            "name": name,
+            "namespace": NS,
+            "annotations": {**ANNOTATIONS, "shardmeter.io/strategy": "fsdp", **annotations},
+        },
+        "spec": {
+            "runtimeRef": {"name": "torch-distributed"},
+            "trainer": {
+                "image": container["image"],
+                "command": ["torchrun", "-m", "torchtitan.train"],
+                "args": [a for a in container["command"] if a.startswith(("--module", "--config"))],
+            },
+            "runtimePatches": [{"manager": "kueue.x-k8s.io/manager", "trainingRuntimeSpec": {}}],
+        },
+    }
+
+
+async def test_a_trainjob_gets_a_runtime_patch_and_its_trainer_shape(tmp_path: Path) -> None:
+    cm, port, ca = await placing_cluster(tmp_path)
+    async with cm as cluster:
+        cluster.emulator.load_crds(TRAINER_CRD)  # kopf serves the kind once its CRD is there
+        admission = await setup(cluster, port, ca)
+
+        async def created() -> Any:
+            done = await create(cluster, trainjob("llama"))
+            return done if "has no handlers" not in done.stderr else None
+
+        done = await cluster.wait_for(created)
+        assert done.returncode == 0, done.stderr
+        got = json.loads(
+            (await cluster.kubectl("get", "trainjob", "llama", "-n", NS, "-o", "json")).stdout
+        )
+        trainer = got["spec"]["trainer"]
+        assert got["metadata"]["annotations"][PLACED_ANNOTATION] == "1×8×8 H200"
+        assert trainer["numNodes"] == 8
+        assert trainer["resourcesPerNode"] == {"limits": {"nvidia.com/gpu": "8"}}
+        assert "--parallelism.data_parallel_shard_degree=64" in trainer["args"]
+        assert trainer["args"][:2] == [
+            "--module=shardmeter_torchtitan",
+            "--config=llama3_8b_torchft",
+        ]
+        env = {e["name"] for e in trainer["env"]}
+        assert "SHARDMETER_PLAN" in env and "MASTER_ADDR" not in env  # Trainer's PET_* rendezvous
+        kueue, ours = got["spec"]["runtimePatches"]
+        assert kueue["manager"] == "kueue.x-k8s.io/manager"  # another manager's entry is kept
+        assert ours["manager"] == "shardmeter.io/placement"
+        (node,) = ours["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]
+        pod = node["template"]["spec"]["template"]["spec"]
+        assert node["name"] == "node"
+        assert pod == {
+            "nodeSelector": POOL_A["spec"]["nodeSelector"],
+            "tolerations": POOL_A["spec"]["tolerations"],
+        }
+        assert [r.webhook for r in admission.reviews][-2:] == [
+            "place-trainjob.shardmeter.io",
+            "check-trainjob.shardmeter.io",
+        ]
+        status = await status_of(
+            cluster, "trainingplans", NS, "llama", lambda s: s.get("phase") == "Planned"
+        )
+        assert status["plan"] == "1×8×8 H200"
+        plan = cluster.get("trainingplans", NS, "llama")
+        assert plan is not None and plan["metadata"]["labels"][WORKLOAD_KIND_LABEL] == "TrainJob"
+        assert plan["metadata"]["ownerReferences"][0]["uid"] == got["metadata"]["uid"]
+
+        # what one island cannot express is refused, naming the annotation
+        done = await create(cluster, trainjob("many", **{"shardmeter.io/max-islands": "4"}))
+        assert done.returncode != 0 and "shardmeter.io/max-islands" in done.stderr
+        done = await create(cluster, trainjob("diloco", **{"shardmeter.io/strategy": "diloco"}))
+        assert done.returncode != 0 and "shardmeter.io/strategy" in done.stderr

@@ -90,10 +90,16 @@ app.kubernetes.io/component: operator
   - apiGroups: ["jobset.x-k8s.io"]
     resources: ["jobsets"]
     verbs: ["get", "list", "watch", "create", "delete"]
-  # a JobSet placed at admission owns its TrainingPlan and lighthouse; the model ConfigMap
-  # it may name
+  # a JobSet or TrainJob placed at admission owns its TrainingPlan (and lighthouse); the
+  # model ConfigMap it may name
   - apiGroups: ["jobset.x-k8s.io"]
     resources: ["jobsets/finalizers"]
+    verbs: ["update"]
+  - apiGroups: ["trainer.kubeflow.org"]
+    resources: ["trainjobs"]
+    verbs: ["get", "list", "watch"]
+  - apiGroups: ["trainer.kubeflow.org"]
+    resources: ["trainjobs/finalizers"]
     verbs: ["update"]
   - apiGroups: [""]
     resources: ["configmaps"]
