@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import functools
 import json
 import ssl
 import time
@@ -282,9 +283,7 @@ class Admission:
             raise CallError("clientConfig has neither url nor service")
         if not url.startswith("https://"):
             raise CallError(f"webhook URL {url} is not https")
-        context = ssl.create_default_context()
-        if config.get("caBundle"):
-            context.load_verify_locations(cadata=base64.b64decode(config["caBundle"]).decode())
+        context = _client_context(str(config.get("caBundle") or ""))
         review = {
             "apiVersion": "admission.k8s.io/v1",
             "kind": "AdmissionReview",
@@ -316,6 +315,15 @@ class Admission:
                 f"expected response.uid={request['uid']!r}, got {response.get('uid')!r}"
             )
         return response
+
+
+@functools.lru_cache(maxsize=32)
+def _client_context(ca_bundle: str) -> ssl.SSLContext:
+    """The TLS context verifying a webhook: its ``caBundle`` only, else the system's roots (as
+    kube-apiserver). Cached: loading the system's roots takes tens of milliseconds."""
+    if ca_bundle:
+        return ssl.create_default_context(cadata=base64.b64decode(ca_bundle).decode())
+    return ssl.create_default_context()
 
 
 def self_signed_certificate(directory: Any, hosts: Sequence[str]) -> tuple[str, str]:
