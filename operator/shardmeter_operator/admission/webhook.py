@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
 import functools
 import os
 from collections.abc import AsyncIterator, Callable
@@ -45,7 +44,6 @@ JOBSETS = (JOBSET_GROUP, JOBSET_VERSION, "jobsets")
 TRAINJOBS = (trainjobs.GROUP, trainjobs.VERSION, "trainjobs")
 DENIED_CODE = 400
 """HTTP code of a denial: the request is wrong (kube-apiserver answers it to the client)."""
-POOLS_KNOWN_WAIT_S = 1.0
 INJECT_ATTEMPTS, INJECT_INTERVAL_S = 240, 0.5
 log = structlog.get_logger("shardmeter_operator")
 
@@ -152,15 +150,16 @@ async def _place(body: dict[str, Any], memo: kopf.Memo, placer: Placer) -> Place
     meta = body.get("metadata") or {}
     request = notes.parse(meta.get("annotations") or {})
     if not ctl.pools_known.is_set():  # just started, or a replica that does not lead (its
-        # watches are paused): the pools the workload names from the API, or a short wait
-        for name in request.pools:
-            if name not in ctl.pools:
-                pool = await kube.get_custom(GROUP, VERSION, "gpupools", None, name)
-                if pool is not None:
-                    ctl.observe_pool(pool)
-        if not request.pools:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(ctl.pools_known.wait(), POOLS_KNOWN_WAIT_S)
+        # watches are paused): the pools the workload names, or every pool, from the API
+        if request.pools:
+            for name in request.pools:
+                if name not in ctl.pools:
+                    pool = await kube.get_custom(GROUP, VERSION, "gpupools", None, name)
+                    if pool is not None:
+                        ctl.observe_pool(pool)
+        else:
+            for pool in await kube.list_cluster_custom(GROUP, VERSION, "gpupools"):
+                ctl.observe_pool(pool)
     model: Any = request.model
     if request.model_configmap is not None:
         cm = await kube.get("v1", "ConfigMap", meta.get("namespace"), request.model_configmap)

@@ -215,6 +215,18 @@ class Kube:
         )
         return self._plain(obj)
 
+    async def list_cluster_custom(self, group: str, version: str, plural: str) -> list[Manifest]:
+        """Every object of a cluster-scoped custom resource (none when its CRD is absent)."""
+        result = await self._call(
+            f"list {plural}.{group}",
+            self._custom().list_cluster_custom_object,
+            group,
+            version,
+            plural,
+            ok=(404,),
+        )
+        return list((result or {}).get("items") or [])
+
     async def set_webhook_ca(self, kind_name: str, name: str, ca_bundle: str) -> bool:
         """Set ``clientConfig.caBundle`` of every webhook of the Mutating- or
         ValidatingWebhookConfiguration ``name`` (False: it does not exist)."""
