@@ -87,6 +87,28 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "Secrets of their MultiKueueClusters (needs get on Secrets in the Kueue namespace)",
     )
     p.add_argument(
+        "--admission-port",
+        type=int,
+        help="HTTPS port of the placement admission webhook (default 0: no webhook)",
+    )
+    p.add_argument(
+        "--admission-cert-dir",
+        help="directory with tls.crt and tls.key (default: kopf's self-signed certificate)",
+    )
+    p.add_argument("--admission-host", help="hostname of the webhook (its Service's DNS name)")
+    p.add_argument(
+        "--admission-inject-ca",
+        help="webhook configurations (by name) whose caBundle the operator sets (self-signed)",
+    )
+    p.add_argument(
+        "--admission-timeout", type=float, help="seconds placing one workload may take (5)"
+    )
+    p.add_argument(
+        "--admission-failure",
+        choices=["open", "closed"],
+        help="placement out of time or failed: admit unplaced (open) or deny (closed, default)",
+    )
+    p.add_argument(
         "--standalone", action="store_true", help="no peering with other operator instances"
     )
     p.add_argument(
@@ -132,6 +154,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         prometheus_url=args.prometheus_url,
         kueue_namespace=args.kueue_namespace,
         read_worker_kubeconfigs=args.read_worker_kubeconfigs,
+        admission_port=args.admission_port,
+        admission_cert_dir=args.admission_cert_dir,
+        admission_host=args.admission_host,
+        admission_inject_ca=args.admission_inject_ca,
+        admission_timeout_s=args.admission_timeout,
+        admission_failure=args.admission_failure,
     )
     if args.metrics_port:
         metrics.serve(args.metrics_port)

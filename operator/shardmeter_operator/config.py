@@ -37,6 +37,23 @@ class OperatorConfig:
     read_worker_kubeconfigs: bool = False
     """Read the worker clusters' pods (islands of a launch through MultiKueue) with the
     kubeconfig Secrets of their MultiKueueClusters (:mod:`~.k8s.clusters`)."""
+    admission_port: int = 0
+    """Port of the placement admission webhook's HTTPS server (0: no webhook)."""
+    admission_cert_dir: str = ""
+    """A directory with ``tls.crt`` and ``tls.key`` (cert-manager's Secret) for the webhook;
+    empty: kopf's self-signed certificate (needs the ``certbuilder`` package)."""
+    admission_host: str = ""
+    """The hostname the webhook is reached by (its Service's DNS name), for the self-signed
+    certificate."""
+    admission_inject_ca: str = ""
+    """The name of the Mutating- and ValidatingWebhookConfiguration (the chart's) whose
+    ``caBundle`` the operator sets from its own certificate — the self-signed path; empty:
+    cert-manager's CA injector sets it."""
+    admission_timeout_s: float = 5.0
+    """How long placing one workload may take; keep it below the webhook's timeoutSeconds."""
+    admission_failure: str = "closed"
+    """When placement cannot decide in time (or fails unexpectedly): ``closed`` denies the
+    workload with the reason, ``open`` admits it unplaced with a warning."""
 
     ENV: ClassVar[dict[str, str]] = {
         "namespace": "POD_NAMESPACE",
@@ -53,6 +70,12 @@ class OperatorConfig:
         "prometheus_url": "SHARDMETER_PROMETHEUS_URL",
         "kueue_namespace": "SHARDMETER_KUEUE_NAMESPACE",
         "read_worker_kubeconfigs": "SHARDMETER_READ_WORKER_KUBECONFIGS",
+        "admission_port": "SHARDMETER_ADMISSION_PORT",
+        "admission_cert_dir": "SHARDMETER_ADMISSION_CERT_DIR",
+        "admission_host": "SHARDMETER_ADMISSION_HOST",
+        "admission_inject_ca": "SHARDMETER_ADMISSION_INJECT_CA",
+        "admission_timeout_s": "SHARDMETER_ADMISSION_TIMEOUT_S",
+        "admission_failure": "SHARDMETER_ADMISSION_FAILURE",
     }
 
     @classmethod

@@ -16,6 +16,7 @@ from typing import Any
 import kopf
 
 from shardmeter_operator import metrics
+from shardmeter_operator.admission import webhook as admission
 from shardmeter_operator.api import GROUP, VERSION, GPUPoolStatus, TrainingPlanStatus
 from shardmeter_operator.config import OperatorConfig
 from shardmeter_operator.controller import Controller
@@ -46,6 +47,7 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
     _gpupools(registry)
     _trainingplans(registry)
     _children(registry)
+    admission.register(registry, webhooks=bool(config.admission_port))
     return registry
 
 

@@ -107,6 +107,9 @@ _CUSTOM: dict[tuple[str, str], _Custom] = {
     ("kueue.x-k8s.io/v1beta2", "MultiKueueCluster"): _Custom(
         "kueue.x-k8s.io", "v1beta2", "multikueueclusters", namespaced=False
     ),
+    ("shardmeter.io/v1alpha1", "TrainingPlan"): _Custom(
+        "shardmeter.io", "v1alpha1", "trainingplans"
+    ),  # created for a workload placed at admission
     ("apiextensions.k8s.io/v1", "CustomResourceDefinition"): _Custom(
         "apiextensions.k8s.io", "v1", "customresourcedefinitions", namespaced=False
     ),
@@ -256,6 +259,47 @@ class Kube:
             _content_type="application/merge-patch+json",
         )
         return self._plain(obj)
+
+    async def list_cluster_custom(self, group: str, version: str, plural: str) -> list[Manifest]:
+        """Every object of a cluster-scoped custom resource (none when its CRD is absent)."""
+        result = await self._call(
+            f"list {plural}.{group}",
+            self._custom().list_cluster_custom_object,
+            group,
+            version,
+            plural,
+            ok=(404,),
+        )
+        return list((result or {}).get("items") or [])
+
+    async def set_webhook_ca(self, kind_name: str, name: str, ca_bundle: str) -> bool:
+        """Set ``clientConfig.caBundle`` of every webhook of the Mutating- or
+        ValidatingWebhookConfiguration ``name`` (False: it does not exist)."""
+        api = kubernetes.client.AdmissionregistrationV1Api(self.client)
+        plural = {
+            "MutatingWebhookConfiguration": "mutating_webhook_configuration",
+            "ValidatingWebhookConfiguration": "validating_webhook_configuration",
+        }[kind_name]
+        obj = await self._call(
+            f"get {kind_name} {name}", getattr(api, f"read_{plural}"), name, ok=(404,)
+        )
+        if obj is None:
+            return False
+        hooks = self._plain(obj).get("webhooks") or []
+        patch = [
+            {"op": "add", "path": f"/webhooks/{i}/clientConfig/caBundle", "value": ca_bundle}
+            for i, hook in enumerate(hooks)
+            if (hook.get("clientConfig") or {}).get("caBundle") != ca_bundle
+        ]
+        if patch:
+            await self._call(
+                f"patch {kind_name} {name}",
+                getattr(api, f"patch_{plural}"),
+                name,
+                patch,
+                _content_type="application/json-patch+json",
+            )
+        return True
 
     async def list(
         self, api_version: str, kind_name: str, namespace: str, label_selector: str

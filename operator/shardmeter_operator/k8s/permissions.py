@@ -108,6 +108,20 @@ PERMISSIONS: tuple[Permission, ...] = (
         "leader election between replicas (kopf peering); the operator creates its peering",
     ),
     Permission(
+        "admissionregistration.k8s.io",
+        "mutatingwebhookconfigurations",
+        ("get", "patch"),
+        "cluster",
+        "the placement webhook's self-signed path: the operator sets its caBundle",
+    ),
+    Permission(
+        "admissionregistration.k8s.io",
+        "validatingwebhookconfigurations",
+        ("get", "patch"),
+        "cluster",
+        "the placement webhook's self-signed path: the operator sets its caBundle",
+    ),
+    Permission(
         "",
         "namespaces",
         ("list", "watch"),
@@ -118,9 +132,10 @@ PERMISSIONS: tuple[Permission, ...] = (
     Permission(
         "shardmeter.io",
         "trainingplans",
-        ("get", "list", "watch", "patch"),
+        ("get", "list", "watch", "patch", "create"),
         "workload",
-        "the operator watches TrainingPlans (patch: kopf removes finalizers left by v0.1)",
+        "the operator watches TrainingPlans (patch: kopf removes finalizers left by v0.1); "
+        "creates the one recording a workload placed at admission",
     ),
     Permission(
         "shardmeter.io",
@@ -165,6 +180,36 @@ PERMISSIONS: tuple[Permission, ...] = (
         "workload",
         "the JobSet of a plan launched as workload JobSet: created, followed, deleted by a "
         "relaunch",
+    ),
+    Permission(
+        "jobset.x-k8s.io",
+        "jobsets/finalizers",
+        ("update",),
+        "workload",
+        "set blockOwnerDeletion on the TrainingPlan and lighthouse a JobSet placed at "
+        "admission owns",
+    ),
+    Permission(
+        "trainer.kubeflow.org",
+        "trainjobs",
+        ("get", "list", "watch"),
+        "workload",
+        "Kubeflow Trainer v2 TrainJobs placed at admission: their TrainingPlan follows them",
+    ),
+    Permission(
+        "trainer.kubeflow.org",
+        "trainjobs/finalizers",
+        ("update",),
+        "workload",
+        "set blockOwnerDeletion on the TrainingPlan a TrainJob placed at admission owns",
+    ),
+    Permission(
+        "",
+        "configmaps",
+        ("get",),
+        "workload",
+        "the model architecture a workload placed at admission names "
+        "(shardmeter.io/model-configmap)",
     ),
     Permission(
         "kueue.x-k8s.io",

@@ -4,6 +4,9 @@ reconciler runs `plan_outcome` and `reevaluate` in a worker thread."""
 
 from __future__ import annotations
 
+import hashlib
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -33,6 +36,34 @@ from shardmeter_operator.api.errors import PoolInvalidError, PoolNotFoundError
 from shardmeter_operator.render.island import island_job_name
 
 FRONTIER_IN_STATUS = 5
+SEARCHES_KEPT = 8
+"""Searches remembered by request (:func:`searched`)."""
+_searches: OrderedDict[str, Any] = OrderedDict()
+_searches_lock = threading.Lock()
+
+
+def searched(request: PlanSpec, docs: Mapping[str, CoefficientsDocument | None]) -> Any:
+    """``build_result(search(request, docs))``, remembered for the last :data:`SEARCHES_KEPT`
+    requests: the same request over the same coefficients gives the same plan (the search is
+    deterministic), and it recurs — a workload placed at admission and its TrainingPlan, the
+    same recipe submitted again. The result is only read. Thread-safe (the planning and
+    admission workers)."""
+    key = hashlib.sha256(
+        "\0".join(
+            [request.model_dump_json()]
+            + [f"{n}={d.model_dump_json() if d else ''}" for n, d in sorted(docs.items())]
+        ).encode()
+    ).hexdigest()
+    with _searches_lock:
+        if key in _searches:
+            _searches.move_to_end(key)
+            return _searches[key]
+    result = build_result(search(request, dict(docs)))
+    with _searches_lock:
+        _searches[key] = result
+        while len(_searches) > SEARCHES_KEPT:
+            _searches.popitem(last=False)
+    return result
 
 
 def plan_request(
@@ -123,7 +154,7 @@ def plan_outcome(
     name: str, request: PlanSpec, docs: Mapping[str, CoefficientsDocument | None]
 ) -> PlanOutcome:
     """Search and describe the chosen plan. Raises InfeasibleError / SpecError."""
-    result = build_result(search(request, dict(docs)))
+    result = searched(request, docs)
     c, d = result.chosen, result.detail
     islands: list[IslandStatus] = []
     for g in c.groups:

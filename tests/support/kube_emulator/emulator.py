@@ -9,7 +9,7 @@ import random
 import re
 import string
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import attrs
@@ -39,6 +39,7 @@ from support.kube_emulator.selectors import object_matcher
 from support.kube_emulator.watches import Watches, WatchEvent
 
 Webhook = Callable[[str, kmock.resource, Body, Body | None], None]
+ExternalAdmission = Callable[[kmock.resource, str | None, Body, bool], Awaitable[Body]]
 SYSTEM_FIELDS = (
     "uid",
     "creationTimestamp",
@@ -78,6 +79,9 @@ class KubeEmulator(
     # validation; validating ones run after it; either raises api_error() to refuse.
     mutating_webhooks: list[Webhook] = attrs.field(factory=list, init=False)
     validating_webhooks: list[Webhook] = attrs.field(factory=list, init=False)
+    # Dynamic admission over HTTP (support/admission.py): awaited with (resource, namespace,
+    # the body, dry_run) before a create over HTTP; returns the body to create, or raises.
+    external_admission: list[ExternalAdmission] = attrs.field(factory=list, init=False)
     failures: list[BaseException] = attrs.field(factory=list, init=False)  # emulator bugs (500s)
     _pod_logs: dict[tuple[str, str, str], str] = attrs.field(factory=dict, init=False)
 

@@ -143,6 +143,8 @@ class HttpHandlers:
         elif method == "GET":
             result = self.read(resource, namespace, name)
         elif method == "POST" and name is None:
+            for admit in self.external_admission:  # dynamic admission (support/admission.py)
+                data = await admit(resource, namespace, data or {}, dry_run)
             status, result = (
                 201,
                 self.create(

@@ -67,7 +67,7 @@ app.kubernetes.io/component: operator
   # blockOwnerDeletion on their children
   - apiGroups: ["shardmeter.io"]
     resources: ["trainingplans"]
-    verbs: ["get", "list", "watch", "patch"]
+    verbs: ["get", "list", "watch", "patch", "create"]
   - apiGroups: ["shardmeter.io"]
     resources: ["trainingplans/status"]
     verbs: ["get", "patch"]
@@ -90,6 +90,20 @@ app.kubernetes.io/component: operator
   - apiGroups: ["jobset.x-k8s.io"]
     resources: ["jobsets"]
     verbs: ["get", "list", "watch", "create", "delete"]
+  # a JobSet or TrainJob placed at admission owns its TrainingPlan (and lighthouse); the
+  # model ConfigMap it may name
+  - apiGroups: ["jobset.x-k8s.io"]
+    resources: ["jobsets/finalizers"]
+    verbs: ["update"]
+  - apiGroups: ["trainer.kubeflow.org"]
+    resources: ["trainjobs"]
+    verbs: ["get", "list", "watch"]
+  - apiGroups: ["trainer.kubeflow.org"]
+    resources: ["trainjobs/finalizers"]
+    verbs: ["update"]
+  - apiGroups: [""]
+    resources: ["configmaps"]
+    verbs: ["get"]
   - apiGroups: ["kueue.x-k8s.io"]
     resources: ["workloads"]
     verbs: ["list", "watch"]
@@ -111,4 +125,13 @@ app.kubernetes.io/component: operator
   - apiGroups: ["events.k8s.io"]
     resources: ["events"]
     verbs: ["create"]
+{{- end }}
+
+{{/* How the placement webhook gets its certificate: "cert-manager" or "self-signed"
+(admission.certificates "auto": cert-manager when the cluster serves cert-manager.io/v1). */}}
+{{- define "shardmeter.admissionCertificates" -}}
+{{- $c := .Values.admission.certificates }}
+{{- if eq $c "auto" }}
+{{- if .Capabilities.APIVersions.Has "cert-manager.io/v1" }}cert-manager{{ else }}self-signed{{ end }}
+{{- else }}{{ $c }}{{ end }}
 {{- end }}

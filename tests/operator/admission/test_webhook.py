@@ -1,0 +1,398 @@
+"""Placement at admission, end to end: the operator's kopf webhook over HTTPS, called by the
+emulated API server as kube-apiserver calls it (``support/admission.py``: AdmissionReview v1,
+the JSONPatch applied, ``failurePolicy`` and ``timeoutSeconds`` honoured), with real kubectl
+creating annotated JobSets in an opted-in namespace and reading the mutated objects back."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+import socket
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from operator_support import apply, manifest, operator_cluster, status_of
+from shardmeter_operator.admission.placement import (
+    ADMITTED_LABEL,
+    PLACED_ANNOTATION,
+    WORKLOAD_KIND_LABEL,
+    WORKLOAD_NAME_LABEL,
+)
+from shardmeter_operator.render.labels import PLAN_LABEL
+from support.admission import Admission, ca_bundle, self_signed_certificate
+from support.cluster import EmulatedCluster
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(120)]
+NS = "team-a"
+OPT_IN = {"shardmeter.io/auto-placement": "enabled"}
+PLAN = manifest("trainingplan.yaml")
+POOL_A = manifest("gpupool-cluster-a.yaml")
+POOL_B = manifest("gpupool-cluster-b.yaml")
+ANNOTATIONS = {
+    "shardmeter.io/placement": "auto",
+    "shardmeter.io/model": "llama-3.1-8b",
+    "shardmeter.io/total-tokens": "5e10",
+    "shardmeter.io/global-batch-tokens": "2097152",
+    "shardmeter.io/seq-len-tokens": "8192",
+    "shardmeter.io/activation-checkpointing": "full",
+    "shardmeter.io/quality-adjusted": "false",
+    "shardmeter.io/pools": "cluster-a",
+}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def jobset(name: str, namespace: str = NS, **annotations: str) -> dict[str, Any]:
+    """A JobSet as an ML engineer submits it: one replicated Job, the trainer's."""
+    return {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {"team": "llm"},
+            "annotations": {**ANNOTATIONS, **annotations},
+        },
+        "spec": {
+            "replicatedJobs": [
+                {
+                    "name": "trainer",
+                    "replicas": 1,
+                    "template": copy.deepcopy(PLAN["spec"]["template"]),
+                }
+            ]
+        },
+    }
+
+
+def webhook_configurations(
+    url: str, ca: str, *, failure: str = "Fail", timeout_s: int = 10
+) -> list[dict[str, Any]]:
+    """What the chart installs (deploy/helm/shardmeter/templates/webhook.yaml), with a URL."""
+
+    def hook(step: str, kind: str, group: str, version: str) -> dict[str, Any]:
+        return {
+            "name": f"{step}-{kind}.shardmeter.io",
+            "admissionReviewVersions": ["v1"],
+            "clientConfig": {"url": f"{url}/{step}-{kind}", **({"caBundle": ca} if ca else {})},
+            "rules": [
+                {
+                    "apiGroups": [group],
+                    "apiVersions": [version],
+                    "operations": ["CREATE"],
+                    "resources": [f"{kind}s"],
+                    "scope": "Namespaced",
+                }
+            ],
+            "failurePolicy": failure,
+            "sideEffects": "None",
+            "timeoutSeconds": timeout_s,
+            "namespaceSelector": {"matchLabels": OPT_IN},
+        }
+
+    def hooks(step: str) -> list[dict[str, Any]]:
+        return [
+            hook(step, "jobset", "jobset.x-k8s.io", "v1alpha2"),
+            hook(step, "trainjob", "trainer.kubeflow.org", "v1alpha1"),
+        ]
+
+    return [
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "MutatingWebhookConfiguration",
+            "metadata": {"name": "shardmeter"},
+            "webhooks": hooks("place"),
+        },
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingWebhookConfiguration",
+            "metadata": {"name": "shardmeter"},
+            "webhooks": hooks("check"),
+        },
+    ]
+
+
+async def wait_listening(port: int, timeout_s: float = 10) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while True:
+        try:
+            _, writer = await asyncio.open_connection("127.0.0.1", port)
+        except OSError:
+            if loop.time() > deadline:
+                raise
+            await asyncio.sleep(0.05)
+        else:
+            writer.close()
+            await writer.wait_closed()
+            return
+
+
+async def placing_cluster(tmp_path: Path, **config: Any) -> Any:
+    crt, _ = self_signed_certificate(tmp_path / "certs", ["127.0.0.1"])
+    port = free_port()
+    cm = operator_cluster(
+        tmp_path,
+        jobset=True,
+        admission_port=port,
+        admission_cert_dir=str(tmp_path / "certs"),
+        **config,
+    )
+    return cm, port, ca_bundle(crt)
+
+
+async def setup(cluster: EmulatedCluster, port: int, ca: str, **hooks: Any) -> Admission:
+    """Opted-in and other namespaces, the two pools, the webhook configurations (``ca``
+    empty: without caBundle, which the operator sets with ``admission_inject_ca``)."""
+    admission = Admission.install(cluster.emulator)
+    namespaces = [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS, "labels": OPT_IN}},
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "elsewhere"}},
+    ]
+    await apply(cluster, *namespaces, POOL_A, POOL_B)
+    await apply(cluster, *webhook_configurations(f"https://127.0.0.1:{port}", ca, **hooks))
+    await wait_listening(port)
+    await cluster.wait_for(lambda: len(cluster.list("gpupools")) == 2)
+    return admission
+
+
+async def create(cluster: EmulatedCluster, body: dict[str, Any]) -> Any:
+    return await cluster.kubectl("create", "-f", "-", input=json.dumps(body), check=False)
+
+
+async def test_an_annotated_jobset_is_placed_as_a_launched_plan_renders_it(
+    tmp_path: Path,
+) -> None:
+    cm, port, ca = await placing_cluster(tmp_path, admission_inject_ca="shardmeter")
+    async with cm as cluster:
+        admission = await setup(cluster, port, "")  # the operator sets the caBundle
+        await cluster.wait_for(
+            lambda: all(
+                h["clientConfig"].get("caBundle") == ca
+                for kind in ("mutatingwebhookconfigurations", "validatingwebhookconfigurations")
+                for h in (cluster.get(kind, None, "shardmeter") or {}).get("webhooks", [{}])
+            )
+        )
+        done = await create(cluster, jobset("llama"))
+        assert done.returncode == 0, done.stderr
+        got = json.loads(
+            (await cluster.kubectl("get", "jobset", "llama", "-n", NS, "-o", "json")).stdout
+        )
+        meta, spec = got["metadata"], got["spec"]
+        # the plan's shape: 8 islands of 1 node × 8 H200, one replicated Job (one shape)
+        assert meta["annotations"][PLACED_ANNOTATION] == "8×1×8 H200"
+        assert meta["labels"]["team"] == "llm" and meta["labels"][ADMITTED_LABEL] == "true"
+        assert meta["labels"][PLAN_LABEL] == "llama"
+        (group,) = spec["replicatedJobs"]
+        assert (group["name"], group["replicas"]) == ("g0", 8)
+        job = group["template"]["spec"]
+        assert job["parallelism"] == job["completions"] == 1
+        pod = job["template"]["spec"]
+        assert pod["nodeSelector"] == POOL_A["spec"]["nodeSelector"]
+        assert pod["tolerations"] == POOL_A["spec"]["tolerations"]
+        (trainer,) = pod["containers"]
+        assert str(trainer["resources"]["limits"]["nvidia.com/gpu"]) == "8"
+        env = {e["name"] for e in trainer["env"]}
+        assert {"SHARDMETER_ISLAND_ID", "TORCHFT_LIGHTHOUSE"} <= env
+        assert "--fault_tolerance.semi_sync_method=diloco" in trainer["args"]
+        # one review each way, in bounded time
+        calls = [(r.webhook, bool(r.response and r.response["allowed"])) for r in admission.reviews]
+        assert calls == [("place-jobset.shardmeter.io", True), ("check-jobset.shardmeter.io", True)]
+
+        # the decision is a TrainingPlan owned by the workload, linked both ways, planned by
+        # the operator to the same plan; the lighthouse the islands join, owned likewise
+        status = await status_of(
+            cluster, "trainingplans", NS, "llama", lambda s: s.get("phase") == "Planned"
+        )
+        assert status["plan"] == "8×1×8 H200"
+        plan = cluster.get("trainingplans", NS, "llama")
+        assert plan is not None
+        assert plan["metadata"]["labels"] == {
+            WORKLOAD_KIND_LABEL: "JobSet",
+            WORKLOAD_NAME_LABEL: "llama",
+        }
+        (owner,) = plan["metadata"]["ownerReferences"]
+        assert (owner["kind"], owner["uid"]) == ("JobSet", meta["uid"])
+        assert plan["spec"]["launch"] is False
+        (lighthouse,) = cluster.list("deployments", NS)
+        assert lighthouse["metadata"]["ownerReferences"][0]["uid"] == meta["uid"]
+
+        # exactly as a launched TrainingPlan of that name renders its JobSet (one renderer)
+        launched = copy.deepcopy(PLAN)
+        launched["metadata"] = {"name": "llama", "namespace": "default"}
+        launched["spec"].update(launch=True, workload="JobSet", pools=[{"name": "cluster-a"}])
+        await apply(cluster, launched)
+        await status_of(
+            cluster, "trainingplans", "default", "llama", lambda s: s.get("phase") == "Launched"
+        )
+        ours = cluster.get("jobsets", "default", "llama")
+        assert ours is not None
+        uid, rev = (
+            meta["labels"]["shardmeter.io/trainingplan-uid"],
+            meta["labels"]["shardmeter.io/plan-revision"],
+        )
+        their = ours["metadata"]["labels"]
+        text = json.dumps(spec).replace(uid, their["shardmeter.io/trainingplan-uid"])
+        text = text.replace(rev, their["shardmeter.io/plan-revision"]).replace(f"{NS}", "default")
+        # the launched plan's template carries its objective and tokens the same way
+        assert json.loads(text) == ours["spec"]
+
+
+async def test_what_cannot_run_is_denied_naming_the_annotation(tmp_path: Path) -> None:
+    cm, port, ca = await placing_cluster(tmp_path)
+    async with cm as cluster:
+        await setup(cluster, port, ca)
+        small = copy.deepcopy(POOL_A)  # 2 nodes at site-a: the plan needs site-b's too
+        small["metadata"]["name"], small["spec"]["nodes"] = "small-a", 2
+        await apply(cluster, small)
+        await cluster.wait_for(lambda: len(cluster.list("gpupools")) == 3)
+        cases = {
+            "bad-tokens": ({"shardmeter.io/total-tokens": "lots"}, "shardmeter.io/total-tokens"),
+            "no-memory": (
+                {
+                    "shardmeter.io/model": "llama-3.1-70b",
+                    "shardmeter.io/pools": "cluster-b",
+                    "shardmeter.io/activation-checkpointing": "none",
+                },
+                "does not fit",
+            ),
+            "tiny-batch": (
+                {"shardmeter.io/global-batch-tokens": "8192"},
+                "shardmeter.io/global-batch-tokens",
+            ),
+            "two-sites": (
+                {"shardmeter.io/pools": "small-a,cluster-b", "shardmeter.io/objective": "min-time"},
+                "needs 2 sites (site-a, site-b)",
+            ),
+            "no-pool": ({"shardmeter.io/pools": "nope"}, "shardmeter.io/pools"),
+        }
+        for name, (annotations, named) in cases.items():
+            done = await create(cluster, jobset(name, **annotations))
+            assert done.returncode != 0, name
+            assert (
+                'admission webhook "place-jobset.shardmeter.io" denied the request' in done.stderr
+            )
+            assert named in done.stderr, (name, done.stderr)
+            assert cluster.get("jobsets", NS, name) is None
+        # outside the opted-in namespaces, or opted out: stored as submitted
+        for body in (
+            jobset("as-is", "elsewhere"),
+            jobset("off", **{"shardmeter.io/placement": "off"}),
+        ):
+            done = await create(cluster, body)
+            assert done.returncode == 0, done.stderr
+            stored = cluster.get("jobsets", body["metadata"]["namespace"], body["metadata"]["name"])
+            assert stored is not None
+            assert [r["name"] for r in stored["spec"]["replicatedJobs"]] == ["trainer"]
+        assert cluster.list("trainingplans") == []
+
+
+async def test_out_of_time_fails_open_or_closed_as_configured(tmp_path: Path) -> None:
+    for failure in ("closed", "open"):
+        cm, port, ca = await placing_cluster(
+            tmp_path / failure, admission_timeout_s=0.001, admission_failure=failure
+        )
+        async with cm as cluster:
+            admission = await setup(cluster, port, ca)
+            done = await create(cluster, jobset("llama"))
+            stored = cluster.get("jobsets", NS, "llama")
+            if failure == "closed":
+                assert done.returncode != 0 and "did not decide within 0.001 s" in done.stderr
+                assert stored is None
+            else:
+                assert done.returncode == 0, done.stderr
+                placing = admission.reviews[0]
+                assert placing.response is not None
+                assert "admitted unplaced" in " ".join(placing.response.get("warnings") or [])
+                assert (
+                    stored is not None
+                    and PLACED_ANNOTATION not in stored["metadata"]["annotations"]
+                )
+
+
+TRAINER_CRD = Path(__file__).resolve().parents[2] / "support" / "crds" / "trainer.kubeflow.org.yaml"
+
+
+def trainjob(name: str, **annotations: str) -> dict[str, Any]:
+    """A Kubeflow Trainer v2 TrainJob as an ML engineer submits it (the torch runtime)."""
+    (container,) = PLAN["spec"]["template"]["spec"]["template"]["spec"]["containers"]
+    return {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {
+            "name": name,
+            "namespace": NS,
+            "annotations": {**ANNOTATIONS, "shardmeter.io/strategy": "fsdp", **annotations},
+        },
+        "spec": {
+            "runtimeRef": {"name": "torch-distributed"},
+            "trainer": {
+                "image": container["image"],
+                "command": ["torchrun", "-m", "torchtitan.train"],
+                "args": [a for a in container["command"] if a.startswith(("--module", "--config"))],
+            },
+            "runtimePatches": [{"manager": "kueue.x-k8s.io/manager", "trainingRuntimeSpec": {}}],
+        },
+    }
+
+
+async def test_a_trainjob_gets_a_runtime_patch_and_its_trainer_shape(tmp_path: Path) -> None:
+    cm, port, ca = await placing_cluster(tmp_path)
+    async with cm as cluster:
+        cluster.emulator.load_crds(TRAINER_CRD)  # kopf serves the kind once its CRD is there
+        admission = await setup(cluster, port, ca)
+
+        async def created() -> Any:
+            done = await create(cluster, trainjob("llama"))
+            return done if "has no handlers" not in done.stderr else None
+
+        done = await cluster.wait_for(created)
+        assert done.returncode == 0, done.stderr
+        got = json.loads(
+            (await cluster.kubectl("get", "trainjob", "llama", "-n", NS, "-o", "json")).stdout
+        )
+        trainer = got["spec"]["trainer"]
+        assert got["metadata"]["annotations"][PLACED_ANNOTATION] == "1×8×8 H200"
+        assert trainer["numNodes"] == 8
+        assert trainer["resourcesPerNode"] == {"limits": {"nvidia.com/gpu": "8"}}
+        assert "--parallelism.data_parallel_shard_degree=64" in trainer["args"]
+        assert trainer["args"][:2] == [
+            "--module=shardmeter_torchtitan",
+            "--config=llama3_8b_torchft",
+        ]
+        env = {e["name"] for e in trainer["env"]}
+        assert "SHARDMETER_PLAN" in env and "MASTER_ADDR" not in env  # Trainer's PET_* rendezvous
+        kueue, ours = got["spec"]["runtimePatches"]
+        assert kueue["manager"] == "kueue.x-k8s.io/manager"  # another manager's entry is kept
+        assert ours["manager"] == "shardmeter.io/placement"
+        (node,) = ours["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]
+        pod = node["template"]["spec"]["template"]["spec"]
+        assert node["name"] == "node"
+        assert pod == {
+            "nodeSelector": POOL_A["spec"]["nodeSelector"],
+            "tolerations": POOL_A["spec"]["tolerations"],
+        }
+        assert [r.webhook for r in admission.reviews][-2:] == [
+            "place-trainjob.shardmeter.io",
+            "check-trainjob.shardmeter.io",
+        ]
+        status = await status_of(
+            cluster, "trainingplans", NS, "llama", lambda s: s.get("phase") == "Planned"
+        )
+        assert status["plan"] == "1×8×8 H200"
+        plan = cluster.get("trainingplans", NS, "llama")
+        assert plan is not None and plan["metadata"]["labels"][WORKLOAD_KIND_LABEL] == "TrainJob"
+        assert plan["metadata"]["ownerReferences"][0]["uid"] == got["metadata"]["uid"]
+
+        # what one island cannot express is refused, naming the annotation
+        done = await create(cluster, trainjob("many", **{"shardmeter.io/max-islands": "4"}))
+        assert done.returncode != 0 and "shardmeter.io/max-islands" in done.stderr
+        done = await create(cluster, trainjob("diloco", **{"shardmeter.io/strategy": "diloco"}))
+        assert done.returncode != 0 and "shardmeter.io/strategy" in done.stderr
