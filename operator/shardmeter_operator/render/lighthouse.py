@@ -11,6 +11,7 @@ port; ``/status`` answers 200 once it listens.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from typing import Any
 
@@ -146,7 +147,7 @@ def lighthouse_manifests(
     service: Manifest = {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": meta,
+        "metadata": copy.deepcopy(meta),  # not shared with the Deployment
         "spec": {
             "selector": selector,
             "ports": [{"name": "lighthouse", "port": PORT, "targetPort": "lighthouse"}],
