@@ -11,7 +11,7 @@ A pool's fabric has two levels, as NCCL sees it:
 
 from __future__ import annotations
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from shardmeter.spec.base import Bytes, BytesPerSecond, Seconds, SpecEnum, SpecModel
 
@@ -126,7 +126,15 @@ class GPUSpec(SpecModel):
     hbm_bandwidth_bytes_per_s: BytesPerSecond
     """Device memory bandwidth."""
     tdp_watts: float = Field(ge=1, le=100_000)
-    """Board power limit (the default power cap)."""
+    """Board power limit (the default power cap): the figure the preset's measured
+    efficiencies were taken at."""
+    power_limit_watts: float | None = Field(default=None, ge=1, le=100_000)
+    """The power limit this GPU variant ships or runs with when it is below ``tdp_watts`` —
+    a power-capped SKU or a site default, e.g. the 500 W H100s (96 GB HBM2e) of Meta's Grand
+    Teton hosts (torchtitan docs/performance.md): ``{preset: h100, powerLimitWatts: 500,
+    memoryBytes: 96 GB, hbmBandwidthBytesPerS: 2.4 TB/s}``. Unset = the TDP. A pool's
+    ``powerCapWatts`` lowers it further (the lower of the two holds); the clock follows the
+    power-cap model of `shardmeter.cost.power`."""
     static_power_fraction: float = Field(default=0.15, gt=0, lt=1)
     """Share of the board power that does not scale with the SM clock (leakage, HBM, I/O):
     the idle draw nvidia-smi reports for SXM A100/H100 boards (≈ 55–60 W of 400 W,
@@ -168,6 +176,26 @@ class GPUSpec(SpecModel):
                 f"unknown link preset {value!r}; allowed: {', '.join(sorted(LINK_PRESETS))}"
             )
         return value
+
+    @model_validator(mode="after")
+    def _limit_within_board(self) -> GPUSpec:
+        limit, static = self.power_limit_watts, self.static_power_fraction * self.tdp_watts
+        if limit is not None and limit > self.tdp_watts:
+            raise ValueError(
+                f"powerLimitWatts ({limit:g}) exceeds tdpWatts ({self.tdp_watts:g}); a limit "
+                "above the board's is raised with tdpWatts (and efficiencies measured there)"
+            )
+        if limit is not None and limit <= static:
+            raise ValueError(
+                f"powerLimitWatts ({limit:g}) is at or below the static power (≈ {static:.0f} W)"
+            )
+        return self
+
+    def power_limit(self, power_cap_watts: float | None = None) -> float:
+        """The limit the board runs at: the lowest of the TDP, this variant's
+        ``power_limit_watts`` and a pool's ``power_cap_watts``."""
+        limits = [self.tdp_watts, self.power_limit_watts, power_cap_watts]
+        return min(x for x in limits if x is not None)
 
     def peak_flop_per_s(self, precision: str) -> float:
         """Peak of the precision the *model* FLOPs are counted against: BF16 tensor cores for
