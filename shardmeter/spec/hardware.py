@@ -158,6 +158,11 @@ class GPUSpec(SpecModel):
     `shardmeter.cost.power.sustained_clock_ratio`."""
     fp8_matmul_efficiency_duty_cycle: float = Field(default=1.0, gt=0, le=1)
     """The same for ``fp8_matmul_efficiency``."""
+    matmul_reference_k: int | None = Field(default=None, ge=1, le=1_048_576)
+    """Reduction depth K of the shape ``matmul_efficiency`` was measured at (the MAMF
+    finder's best m×n×k); GEMMs of smaller K run proportionally more per-tile prologue and
+    epilogue (`shardmeter.cost.gemm.depth_efficiency`). Unset = no depth loss modelled; it
+    acts with ``sm_count``."""
     sm_count: int | None = Field(default=None, ge=1, le=4096)
     """Streaming multiprocessors: GEMM output tiles run in waves of one per SM (see
     `shardmeter.cost.gemm`); unset = no wave-quantization loss is modelled."""
@@ -303,6 +308,7 @@ GPU_PRESETS: dict[str, GPUSpec] = {
         tdp_watts=400,
         sm_count=108,
         matmul_efficiency=0.869,
+        matmul_reference_k=5120,  # MAMF best shape 1024x10240x5120
         # MAMF best shape 1024x10240x5120 at 271.2 TFLOP/s: 396 µs of matmul per 179 µs of
         # copies (256 MiB + 2 x 21 MB at 85 % of 2.039 TB/s) -> 0.689
         matmul_efficiency_duty_cycle=mamf_duty_cycle(1024, 10240, 5120, 271.2e12, 2.039e12),
@@ -325,6 +331,7 @@ GPU_PRESETS: dict[str, GPUSpec] = {
         tdp_watts=700,
         sm_count=132,
         matmul_efficiency=0.803,
+        matmul_reference_k=13312,  # MAMF best shape 2048x2048x13312 (FP8's: K = 14336)
         fp8_matmul_efficiency=0.709,
         # BF16 best shape 2048x2048x13312 at 794.5 TFLOP/s: 141 µs of matmul per 100 µs of
         # copies at 85 % of 3.35 TB/s -> 0.584; FP8 1024x9216x14336 at 1402.6 (1-byte
@@ -350,6 +357,7 @@ GPU_PRESETS: dict[str, GPUSpec] = {
         tdp_watts=700,
         sm_count=132,
         matmul_efficiency=0.803,
+        matmul_reference_k=13312,  # as H100 (FP8's best shape: K = 12032)
         fp8_matmul_efficiency=0.734,
         # BF16 as H100 ("H200 is the same") with the copies at 4.8 TB/s -> 0.668; FP8 best
         # shape 1280x4096x12032 at 1453.4 TFLOP/s -> 0.562
@@ -376,6 +384,7 @@ GPU_PRESETS: dict[str, GPUSpec] = {
         tdp_watts=350,
         sm_count=142,
         matmul_efficiency=0.75,
+        matmul_reference_k=6144,  # the A100 PCIe best shape the estimate stands for
         # the estimate stands for what the MAMF finder would report on an L40S: its loop at the
         # A100 PCIe best shape (2048x5120x6144) at 0.75 x 362 TFLOP/s with 864 GB/s copies
         matmul_efficiency_duty_cycle=mamf_duty_cycle(2048, 5120, 6144, 0.75 * 362.05e12, 864e9),
