@@ -80,3 +80,14 @@ def test_float8_and_fp32_all_gathers_move_the_bytes_they_name() -> None:
 def test_float8_all_gather_needs_float8_compute() -> None:
     with pytest.raises(ValidationError, match="needs precision fp8"):
         TrainingSpec(seq_len_tokens=8, global_batch_tokens=8, paramAllGather="fp8")
+
+
+def test_gemm_depth_costs_small_k_and_credits_nothing_beyond_the_reference() -> None:
+    from shardmeter.cost.gemm import K_FIXED, depth_efficiency
+
+    ref = 13312
+    assert depth_efficiency(2048, None) == 1.0
+    assert depth_efficiency(4 * ref, ref) == 1.0
+    by_hand = (2048 / (2048 + K_FIXED)) / (ref / (ref + K_FIXED))
+    assert depth_efficiency(2048, ref) == pytest.approx(by_hand) and 0.88 < by_hand < 0.92
+    assert depth_efficiency(1536, ref) < depth_efficiency(2048, ref) < depth_efficiency(8192, ref)
