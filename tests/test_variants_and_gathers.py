@@ -91,3 +91,17 @@ def test_gemm_depth_costs_small_k_and_credits_nothing_beyond_the_reference() -> 
     by_hand = (2048 / (2048 + K_FIXED)) / (ref / (ref + K_FIXED))
     assert depth_efficiency(2048, ref) == pytest.approx(by_hand) and 0.88 < by_hand < 0.92
     assert depth_efficiency(1536, ref) < depth_efficiency(2048, ref) < depth_efficiency(8192, ref)
+
+
+def test_a_gpupool_takes_a_power_capped_memory_variant() -> None:
+    from shardmeter_operator.api import GPUPoolSpec
+
+    pool = GPUPoolSpec.model_validate(
+        {
+            "gpu": {"preset": "h100", "powerLimitWatts": 500, "memoryBytes": "96 GB"},
+            "nodes": 2,
+            "gpusPerNode": 8,
+        }
+    )
+    assert pool.gpu.power_limit() == 500 and pool.gpu.memory_bytes == 96e9
+    assert "(powerLimitWatts=500" in pool.gpu.name
