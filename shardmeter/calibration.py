@@ -247,6 +247,7 @@ def point_specs(
             "grad_reduce_bytes": _REDUCE_BYTES[reduce_dtype],
             "torch_compile": bool(_flag(point, "torch_compile", False)),
             "torch_compile_loss": bool(_flag(point, "torch_compile_loss", True)),
+            "param_all_gather": _flag(point, "param_all_gather", None),
             "sharding": _flag(point, "sharding", "fsdp"),
             "shard_group_nodes": int(group_nodes or 1),
         }
@@ -274,8 +275,11 @@ def _setup(
         extras.append("compile")
     if training.sharding.value != "fsdp":
         extras.append(training.sharding.value)
-    if pool.power_cap_watts is not None:
-        extras.append(f"{pool.power_cap_watts:g} W")
+    if training.param_all_gather is not None:
+        extras.append(f"{training.param_all_gather.value}-gather")
+    limit = pool.gpu.power_limit(pool.power_cap_watts)
+    if limit < pool.gpu.tdp_watts:
+        extras.append(f"{limit:g} W")
     return (
         f"{model.name} {point['nodes']}×{point['gpus_per_node']} "
         f"{point['gpu'] if isinstance(point['gpu'], str) else pool.gpu.name} "

@@ -165,7 +165,9 @@ def test_preset_with_overrides_and_camel_case() -> None:
             "pricePerGpuHourUsd": 2.5,
         }
     )
-    assert pool.gpu.memory_bytes == 40 * 2**30 and pool.gpu.name == "H100-80GB-SXM"
+    # the name says the variant is not the preset (issue 26)
+    assert pool.gpu.memory_bytes == 40 * 2**30
+    assert pool.gpu.name == "H100-80GB-SXM (memoryBytes=40 GiB)"
     assert pool.price_per_gpu_hour_usd == 2.5
     assert pool.model_dump()["gpusPerNode"] == 4  # serialises camelCase for custom resources
 

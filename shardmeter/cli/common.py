@@ -48,6 +48,7 @@ TRAINING_FLAGS = (
             "sharding",
             "shard_group_nodes",
             "grad_reduce_bytes",
+            "param_all_gather",
             "total_tokens",
         )
     ),

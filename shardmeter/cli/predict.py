@@ -109,7 +109,7 @@ def prediction(
             },
             "link": cm.link_fit("all_gather", nodes).link,
             "all_gather_s": {
-                name: cm.gather_seconds(p, nodes, gpus_per_node)
+                name: cm.gather_seconds(p, nodes, gpus_per_node, block=name == "block")
                 for name, (_, _, p, _) in units.items()
             },
             "reduce_scatter_s": {

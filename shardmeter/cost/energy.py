@@ -30,10 +30,9 @@ GRAMS_PER_KG = 1000.0
 
 
 def power_limit_watts(gpu: GPUSpec, power_cap_watts: float | None) -> float:
-    """The board's limit: the cap when set (a cap above the TDP is the TDP)."""
-    if power_cap_watts is None:
-        return gpu.tdp_watts
-    return min(power_cap_watts, gpu.tdp_watts)
+    """The board's limit: the lowest of the TDP, the GPU variant's ``power_limit_watts`` and
+    the pool's cap."""
+    return gpu.power_limit(power_cap_watts)
 
 
 def static_power_watts(gpu: GPUSpec) -> float:

@@ -15,8 +15,21 @@ best of a shape sweep (MAMF), which by selection sits where the waves come out e
 factor here is applied on top of it unnormalised.
 
 A Llama block runs, per weight matrix (out × in) and ``t`` tokens, one forward GEMM
-(t × out output), and in backward the input gradient (t × in) and the weight gradient
-(out × in).
+(t × out output, reduction depth K = in), and in backward the input gradient (t × in,
+K = out) and the weight gradient (out × in, K = t).
+
+**Reduction depth.** Each output tile also pays a fixed cost that does not scale with K:
+the pipeline prologue, which loads the first k-blocks into shared memory before the first
+MMA can issue, and the epilogue, which converts the FP32 accumulator tile and writes it out.
+CUTLASS' multistage BF16 kernels (``…_128x256_64x3`` on Ampere, 3 stages of 64-deep
+k-blocks; 4 stages on Hopper) fill S − 1 = 2–3 k-blocks before computing, and the epilogue of
+a 128×256 tile (64 KiB of bf16 through shared memory) costs about one more k-block, so a tile
+runs ``K / (K + K_FIXED)`` of the time at its main-loop rate with ``K_FIXED`` = 4 k-blocks
+= 256. The MAMF figure behind ``matmul_efficiency`` was measured at one K (the GPU's
+``matmul_reference_k``, 5,120–13,312 in the finder's best shapes), so a GEMM of depth K runs
+at ``depth(K) / depth(K_ref)`` of it (at most 1: no credit beyond what was measured). This is
+what makes small models' forward and input-gradient GEMMs (K = 1,536–2,560) 8–13 % slower
+than the big shape the efficiency was taken at, while wide models (K ≥ 8,192) lose ≤ 2 %.
 """
 
 from __future__ import annotations
@@ -28,6 +41,19 @@ from shardmeter.spec.model import MLPKind, TransformerSpec
 
 TILES: tuple[tuple[int, int], ...] = ((128, 256), (256, 128))
 """Output tile shapes (rows × columns) a thread block computes; see the module docstring."""
+K_FIXED = 256
+"""The per-tile prologue and epilogue in units of reduction depth: 4 k-blocks of 64 (see the
+module docstring)."""
+
+
+def depth_efficiency(k: int, reference_k: int | None) -> float:
+    """Main-loop share of a depth-``k`` GEMM relative to one of ``reference_k`` (the depth
+    the GPU's matmul efficiency was measured at); 1 without a reference, at most 1."""
+    if reference_k is None:
+        return 1.0
+    if k <= 0:
+        raise ValueError(f"GEMM depth must be positive (got {k})")
+    return min(1.0, (k / (k + K_FIXED)) / (reference_k / (reference_k + K_FIXED)))
 
 
 def wave_efficiency(m: int, n: int, sm_count: int) -> float:
@@ -51,29 +77,40 @@ def _weights(spec: TransformerSpec) -> list[tuple[int, int]]:
     return [(q, h), (kv, h), (kv, h), (h, q), *mlp]
 
 
+def _gemm(m: int, n: int, k: int, sm_count: int, reference_k: int | None) -> float:
+    return wave_efficiency(m, n, sm_count) * depth_efficiency(k, reference_k)
+
+
 @lru_cache(maxsize=1024)
-def block_wave_efficiency(spec: TransformerSpec, tokens: int, sm_count: int) -> tuple[float, float]:
-    """FLOP-weighted wave efficiency of one block's GEMMs at ``tokens`` tokens:
-    (forward, backward)."""
+def block_wave_efficiency(
+    spec: TransformerSpec, tokens: int, sm_count: int, reference_k: int | None = None
+) -> tuple[float, float]:
+    """FLOP-weighted efficiency (waves × reduction depth) of one block's GEMMs at
+    ``tokens`` tokens: (forward, backward)."""
     fwd_flops = fwd_time = bwd_flops = bwd_time = 0.0
     for out, inp in _weights(spec):
         flops = float(out * inp)
         fwd_flops += flops
-        fwd_time += flops / wave_efficiency(tokens, out, sm_count)
+        fwd_time += flops / _gemm(tokens, out, inp, sm_count, reference_k)
         bwd_flops += 2 * flops
-        bwd_time += flops / wave_efficiency(tokens, inp, sm_count)
-        bwd_time += flops / wave_efficiency(out, inp, sm_count)
+        bwd_time += flops / _gemm(tokens, inp, out, sm_count, reference_k)
+        bwd_time += flops / _gemm(out, inp, tokens, sm_count, reference_k)
     return fwd_flops / fwd_time, bwd_flops / bwd_time
 
 
 @lru_cache(maxsize=1024)
 def head_wave_efficiency(
-    hidden_size: int, vocab_size: int, tokens: int, sm_count: int
+    hidden_size: int,
+    vocab_size: int,
+    tokens: int,
+    sm_count: int,
+    reference_k: int | None = None,
 ) -> tuple[float, float]:
     """The same for the LM head (vocab × hidden): (forward, backward)."""
-    fwd = wave_efficiency(tokens, vocab_size, sm_count)
+    h, v = hidden_size, vocab_size
+    fwd = _gemm(tokens, v, h, sm_count, reference_k)
     bwd = 2 / (
-        1 / wave_efficiency(tokens, hidden_size, sm_count)
-        + 1 / wave_efficiency(vocab_size, hidden_size, sm_count)
+        1 / _gemm(tokens, h, v, sm_count, reference_k)
+        + 1 / _gemm(v, h, tokens, sm_count, reference_k)
     )
     return fwd, bwd

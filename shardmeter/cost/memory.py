@@ -163,7 +163,9 @@ def memory_breakdown(
     return MemoryBreakdown(
         sharded_state_bytes=n * per_param / shards,
         gathered_units_bytes=(
-            2 * root * c + coefficients.gathered_units_in_flight * block * c + block * r
+            2 * root * training.gather_bytes(block=False)
+            + coefficients.gathered_units_in_flight * block * max(c, training.gather_bytes())
+            + block * r
         )
         if sharded
         else 0.0,

@@ -348,14 +348,17 @@ class CostModel:
         values = feature_values(self.model, 0, 0, params_local=self.model.total_params / ranks)
         return sum(self._split(Target.OPTIMIZER_STEP, values).values()) * self.compute_scale
 
-    def fsdp_copy_seconds(self, params: float) -> tuple[float, float]:
+    def fsdp_copy_seconds(self, params: float, block: bool = True) -> tuple[float, float]:
         """FSDP2's copies around the collectives of one unit: (after an all_gather: split
-        the gathered buffer into the parameters, r+w c bytes each; before a reduce_scatter:
-        copy and cast the gradients into the flat buffer, r c + w reduce bytes each)."""
+        the gathered buffer into the parameters, r+w g bytes each for g gathered bytes, and
+        when FP32 master weights are gathered for bf16 compute, their cast, r 4 + w c bytes
+        each; before a reduce_scatter: copy and cast the gradients into the flat buffer,
+        r c + w reduce bytes each)."""
         t = self.training
         bw = self.gpu.hbm_bandwidth_bytes_per_s * self.gpu.memory_efficiency
-        c, r = t.compute_bytes, t.grad_reduce_bytes
-        return params * 2 * c / bw * self.compute_scale, params * (c + r) / bw
+        c, r, g = t.compute_bytes, t.grad_reduce_bytes, t.gather_bytes(block)
+        cast = g + c if g > c else 0
+        return params * (2 * g + cast) / bw * self.compute_scale, params * (c + r) / bw
 
     # ---- communication --------------------------------------------------------------------
     def link_fit(self, collective: str, nodes: int) -> CollectiveFit:
@@ -424,7 +427,7 @@ class CostModel:
         intra = self.coefficients.communication[LinkRole.INTRA_NODE]
         ranks = nodes * gpus_per_node
         work = [
-            ("all_gather", params * t.compute_bytes),
+            ("all_gather", params * t.gather_bytes()),
             ("reduce_scatter", params * t.grad_reduce_bytes),
         ]
         actual = self.gather_seconds(params, nodes, gpus_per_node) + self.gradient_sync_seconds(
@@ -435,11 +438,16 @@ class CostModel:
             return 1.0
         return min(1.0, reference / actual)
 
-    def gather_seconds(self, params: float, nodes: int, gpus_per_node: int) -> float:
-        """All-gather one unit's parameters over the shard group."""
+    def gather_seconds(
+        self, params: float, nodes: int, gpus_per_node: int, block: bool = True
+    ) -> float:
+        """All-gather one unit's parameters over the shard group, in the format
+        ``training.param_all_gather`` gives (``block``: a transformer block; else the
+        embedding or LM head, which float8 all-gather leaves in bf16)."""
         t = self.training
         group = t.nodes_per_shard_group(nodes)
-        return self.collective_seconds("all_gather", params * t.compute_bytes, group, gpus_per_node)
+        payload = params * t.gather_bytes(block)
+        return self.collective_seconds("all_gather", payload, group, gpus_per_node)
 
     def payloads(self) -> UnitPayloads:
         m = self.model

@@ -66,8 +66,10 @@ def sustained_clock_ratio(benchmark_duty_cycle: float, training_duty_cycle: floa
 def clock_fraction(
     gpu: GPUSpec, power_cap_watts: float | None, where: str = "powerCapWatts"
 ) -> float:
-    """Sustained SM clock under ``power_cap_watts`` relative to the clock at the TDP."""
-    if power_cap_watts is None or power_cap_watts >= gpu.tdp_watts:
+    """Sustained SM clock under ``power_cap_watts`` (and the GPU variant's own
+    ``power_limit_watts``, the lower holding) relative to the clock at the TDP."""
+    power_cap_watts = gpu.power_limit(power_cap_watts)
+    if power_cap_watts >= gpu.tdp_watts:
         return 1.0
     static = gpu.static_power_fraction * gpu.tdp_watts  # the pool's own check uses the same
     if power_cap_watts <= static:

@@ -48,8 +48,11 @@ def sustained_step_parts(
         else ratio_head
     )
     if gpu.sm_count is not None:
-        bf, bb = block_wave_efficiency(model, tokens, gpu.sm_count)
-        hf, hb = head_wave_efficiency(model.hidden_size, model.vocab_size, tokens, gpu.sm_count)
+        k_ref = gpu.matmul_reference_k
+        bf, bb = block_wave_efficiency(model, tokens, gpu.sm_count, k_ref)
+        hf, hb = head_wave_efficiency(
+            model.hidden_size, model.vocab_size, tokens, gpu.sm_count, k_ref
+        )
         ratio_fwd, ratio_bwd = ratio_block * bf, ratio_block * bb
         ratio_head_fwd, ratio_head_bwd = ratio_head * hf, ratio_head * hb
     else:

@@ -135,8 +135,8 @@ class FSDPDurations:
         sharded = cm.shard_ranks(nodes, gpus_per_node) > 1
         root = p.embedding_params + p.head_params
 
-        def ag(n: float) -> float:
-            return cm.gather_seconds(n, nodes, gpus_per_node) if sharded else 0.0
+        def ag(n: float, block: bool = True) -> float:
+            return cm.gather_seconds(n, nodes, gpus_per_node, block) if sharded else 0.0
 
         def rs(n: float) -> float:
             if ranks <= 1:
@@ -144,7 +144,7 @@ class FSDPDurations:
             return cm.gradient_sync_seconds(n, nodes, gpus_per_node) + cm.fsdp_copy_seconds(n)[1]
 
         copy_out_block = cm.fsdp_copy_seconds(p.block_params)[0] if sharded else 0.0
-        copy_out_root = cm.fsdp_copy_seconds(root)[0] if sharded else 0.0
+        copy_out_root = cm.fsdp_copy_seconds(root, block=False)[0] if sharded else 0.0
         slow = straggler_factor(ranks)
         return cls(
             unit_names=("embedding", *(f"block{i}" for i in range(layers)), "head"),
@@ -158,7 +158,7 @@ class FSDPDurations:
                 *([slow * (u.block_backward_s + copy_out_block)] * layers),
                 slow * u.head_backward_s,
             ),
-            all_gather_s=(ag(root), *([ag(p.block_params)] * layers), 0.0),
+            all_gather_s=(ag(root, block=False), *([ag(p.block_params)] * layers), 0.0),
             reduce_scatter_s=(rs(root), *([rs(p.block_params)] * layers), 0.0),
             optimizer_s=slow * cm.optimizer_seconds(cm.shard_ranks(nodes, gpus_per_node)),
             reshard_after_forward=(False, *([True] * layers), False),

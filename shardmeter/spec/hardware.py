@@ -11,7 +11,7 @@ A pool's fabric has two levels, as NCCL sees it:
 
 from __future__ import annotations
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from shardmeter.spec.base import Bytes, BytesPerSecond, Seconds, SpecEnum, SpecModel
 
@@ -126,7 +126,15 @@ class GPUSpec(SpecModel):
     hbm_bandwidth_bytes_per_s: BytesPerSecond
     """Device memory bandwidth."""
     tdp_watts: float = Field(ge=1, le=100_000)
-    """Board power limit (the default power cap)."""
+    """Board power limit (the default power cap): the figure the preset's measured
+    efficiencies were taken at."""
+    power_limit_watts: float | None = Field(default=None, ge=1, le=100_000)
+    """The power limit this GPU variant ships or runs with when it is below ``tdp_watts`` —
+    a power-capped SKU or a site default, e.g. the 500 W H100s (96 GB HBM2e) of Meta's Grand
+    Teton hosts (torchtitan docs/performance.md): ``{preset: h100, powerLimitWatts: 500,
+    memoryBytes: 96 GB, hbmBandwidthBytesPerS: 2.4 TB/s}``. Unset = the TDP. A pool's
+    ``powerCapWatts`` lowers it further (the lower of the two holds); the clock follows the
+    power-cap model of `shardmeter.cost.power`."""
     static_power_fraction: float = Field(default=0.15, gt=0, lt=1)
     """Share of the board power that does not scale with the SM clock (leakage, HBM, I/O):
     the idle draw nvidia-smi reports for SXM A100/H100 boards (≈ 55–60 W of 400 W,
@@ -150,6 +158,11 @@ class GPUSpec(SpecModel):
     `shardmeter.cost.power.sustained_clock_ratio`."""
     fp8_matmul_efficiency_duty_cycle: float = Field(default=1.0, gt=0, le=1)
     """The same for ``fp8_matmul_efficiency``."""
+    matmul_reference_k: int | None = Field(default=None, ge=1, le=1_048_576)
+    """Reduction depth K of the shape ``matmul_efficiency`` was measured at (the MAMF
+    finder's best m×n×k); GEMMs of smaller K run proportionally more per-tile prologue and
+    epilogue (`shardmeter.cost.gemm.depth_efficiency`). Unset = no depth loss modelled; it
+    acts with ``sm_count``."""
     sm_count: int | None = Field(default=None, ge=1, le=4096)
     """Streaming multiprocessors: GEMM output tiles run in waves of one per SM (see
     `shardmeter.cost.gemm`); unset = no wave-quantization loss is modelled."""
@@ -168,6 +181,26 @@ class GPUSpec(SpecModel):
                 f"unknown link preset {value!r}; allowed: {', '.join(sorted(LINK_PRESETS))}"
             )
         return value
+
+    @model_validator(mode="after")
+    def _limit_within_board(self) -> GPUSpec:
+        limit, static = self.power_limit_watts, self.static_power_fraction * self.tdp_watts
+        if limit is not None and limit > self.tdp_watts:
+            raise ValueError(
+                f"powerLimitWatts ({limit:g}) exceeds tdpWatts ({self.tdp_watts:g}); a limit "
+                "above the board's is raised with tdpWatts (and efficiencies measured there)"
+            )
+        if limit is not None and limit <= static:
+            raise ValueError(
+                f"powerLimitWatts ({limit:g}) is at or below the static power (≈ {static:.0f} W)"
+            )
+        return self
+
+    def power_limit(self, power_cap_watts: float | None = None) -> float:
+        """The limit the board runs at: the lowest of the TDP, this variant's
+        ``power_limit_watts`` and a pool's ``power_cap_watts``."""
+        limits = [self.tdp_watts, self.power_limit_watts, power_cap_watts]
+        return min(x for x in limits if x is not None)
 
     def peak_flop_per_s(self, precision: str) -> float:
         """Peak of the precision the *model* FLOPs are counted against: BF16 tensor cores for
@@ -275,6 +308,7 @@ GPU_PRESETS: dict[str, GPUSpec] = {
         tdp_watts=400,
         sm_count=108,
         matmul_efficiency=0.869,
+        matmul_reference_k=5120,  # MAMF best shape 1024x10240x5120
         # MAMF best shape 1024x10240x5120 at 271.2 TFLOP/s: 396 µs of matmul per 179 µs of
         # copies (256 MiB + 2 x 21 MB at 85 % of 2.039 TB/s) -> 0.689
         matmul_efficiency_duty_cycle=mamf_duty_cycle(1024, 10240, 5120, 271.2e12, 2.039e12),
@@ -297,6 +331,7 @@ GPU_PRESETS: dict[str, GPUSpec] = {
         tdp_watts=700,
         sm_count=132,
         matmul_efficiency=0.803,
+        matmul_reference_k=13312,  # MAMF best shape 2048x2048x13312 (FP8's: K = 14336)
         fp8_matmul_efficiency=0.709,
         # BF16 best shape 2048x2048x13312 at 794.5 TFLOP/s: 141 µs of matmul per 100 µs of
         # copies at 85 % of 3.35 TB/s -> 0.584; FP8 1024x9216x14336 at 1402.6 (1-byte
@@ -322,6 +357,7 @@ GPU_PRESETS: dict[str, GPUSpec] = {
         tdp_watts=700,
         sm_count=132,
         matmul_efficiency=0.803,
+        matmul_reference_k=13312,  # as H100 (FP8's best shape: K = 12032)
         fp8_matmul_efficiency=0.734,
         # BF16 as H100 ("H200 is the same") with the copies at 4.8 TB/s -> 0.668; FP8 best
         # shape 1280x4096x12032 at 1453.4 TFLOP/s -> 0.562
@@ -348,6 +384,7 @@ GPU_PRESETS: dict[str, GPUSpec] = {
         tdp_watts=350,
         sm_count=142,
         matmul_efficiency=0.75,
+        matmul_reference_k=6144,  # the A100 PCIe best shape the estimate stands for
         # the estimate stands for what the MAMF finder would report on an L40S: its loop at the
         # A100 PCIe best shape (2048x5120x6144) at 0.75 x 362 TFLOP/s with 864 GB/s copies
         matmul_efficiency_duty_cycle=mamf_duty_cycle(2048, 5120, 6144, 0.75 * 362.05e12, 864e9),

@@ -22,7 +22,7 @@ from shardmeter.spec.hardware import (
     NetworkSpec,
 )
 from shardmeter.spec.model import MODEL_PRESETS, TransformerSpec
-from shardmeter.spec.presets import lookup
+from shardmeter.spec.presets import lookup, resolve
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -264,17 +264,48 @@ def _looks_like_file(value: str) -> bool:
     return value.endswith((".yaml", ".yml", ".json")) or "/" in value
 
 
+def _inline(text: str, flag: str) -> Any:
+    """An inline JSON or YAML flow mapping given as a flag's value (``{preset: h100, ...}``):
+    JSON first (its numbers include ``Infinity``, which the spec then refuses by name), else
+    YAML, whose flow style needs no quotes."""
+    try:
+        data = parse_json(text, field=flag)
+    except SpecError as exc:
+        if not exc.message.startswith("not valid JSON"):
+            raise  # a duplicated key
+        data = parse_text(text, flag)
+    if not isinstance(data, dict):
+        raise SpecError(flag, "an inline spec must be a mapping, e.g. '{preset: NAME, ...}'")
+    return data
+
+
 def _preset_or_file(value: str, presets: dict[str, M], model: type[M], what: str, flag: str) -> M:
+    """A preset name, an inline mapping or a YAML/JSON file; a mapping (inline or in the file)
+    may be ``{preset: NAME, <overrides>}`` — the preset with only the named fields changed."""
+    text = value.strip()
+    if text.startswith("{"):
+        return _from_mapping(_inline(text, flag), presets, model, what, flag, "")
     if _looks_like_file(value):
-        return validate(model, read_document(value), source=value)
+        return _from_mapping(read_document(value), presets, model, what, "", value)
     try:
         return lookup(presets, value, what)
     except ValueError as exc:
         raise SpecError(flag, str(exc)) from exc
 
 
+def _from_mapping(
+    data: Any, presets: dict[str, M], model: type[M], what: str, where: str, source: str
+) -> M:
+    try:
+        data = resolve(data, presets, what)
+    except ValueError as exc:
+        raise SpecError(f"{where}.preset" if where else "preset", str(exc), source) from exc
+    return validate(model, data, where, source)
+
+
 def model_from_arg(value: str, flag: str = "--model") -> TransformerSpec:
-    """A model preset name or a YAML/JSON file holding a TransformerSpec."""
+    """A model preset name, an inline ``{preset: NAME, <overrides>}`` mapping, or a YAML/JSON
+    file holding a TransformerSpec (or a preset with overrides)."""
     return _preset_or_file(value, MODEL_PRESETS, TransformerSpec, "model", flag)
 
 
@@ -288,7 +319,4 @@ def link_from_arg(value: str, flag: str = "--link") -> LinkSpec:
 
 def network_from_arg(value: str, flag: str = "--network") -> NetworkSpec:
     """A node-network preset, a YAML/JSON file, or an inline JSON object."""
-    text = value.strip()
-    if text.startswith("{"):
-        return validate(NetworkSpec, parse_json(text, field=flag), flag)
     return _preset_or_file(value, NETWORK_PRESETS, NetworkSpec, "network", flag)

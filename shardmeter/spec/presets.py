@@ -26,9 +26,30 @@ def lookup(registry: Mapping[str, T], name: str, what: str) -> T:
     raise ValueError(f"unknown {what} preset {name!r}{hint} Allowed: {', '.join(allowed)}")
 
 
+MAX_NAME_CHARS = 63
+"""A spec's display name is at most this long (the specs' ``name`` field)."""
+
+
+def _value_text(value: Any) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def overridden_name(base_name: str, overrides: Mapping[str, Any]) -> str:
+    """The preset's name followed by what was overridden, as the user wrote it:
+    ``Llama-3.1-8B (numLayers=16)``; cut to `MAX_NAME_CHARS` (ending in ``…)``)."""
+    if not overrides:
+        return base_name
+    name = f"{base_name} ({', '.join(f'{k}={_value_text(v)}' for k, v in overrides.items())})"
+    if len(name) > MAX_NAME_CHARS:
+        name = name[: MAX_NAME_CHARS - 2] + "…)"
+    return name
+
+
 def resolve(value: Any, registry: Mapping[str, Any], what: str) -> Any:
     """Pydantic before-validator body: a string is a preset name; a mapping with a ``preset``
-    key is that preset with the other keys overriding its fields; anything else passes."""
+    key is that preset with the other keys overriding its fields — and, unless a ``name`` is
+    among them, named after the preset and the overrides (``Llama-3.1-8B (numLayers=16)``),
+    so no output passes a variant off as the preset; anything else passes."""
     if isinstance(value, str):
         return lookup(registry, value, what)
     if isinstance(value, Mapping) and "preset" in value:
@@ -44,5 +65,7 @@ def resolve(value: Any, registry: Mapping[str, Any], what: str) -> Any:
             for name, info in fields.items():
                 if key in (name, info.alias) and key != name:
                     merged.pop(name, None)
+        if "name" in fields and "name" not in overrides:
+            merged["name"] = overridden_name(str(merged.get("name", value["preset"])), overrides)
         return {**merged, **overrides}
     return value

@@ -84,6 +84,18 @@ class Sharding(SpecEnum):
         return None
 
 
+class ParamAllGather(SpecEnum):
+    """Format of the parameters FSDP all-gathers (see ``TrainingSpec.param_all_gather``)."""
+
+    BF16 = "bf16"
+    FP8 = "fp8"
+    FP32 = "fp32"
+
+
+FP8_GATHER_BYTES = 1
+"""float8 (e4m3) weights: one byte per parameter on the wire."""
+
+
 class TrainingSpec(SpecModel):
     """The training job's shape and budget. Defaults follow TorchTitan's FSDP2 recipe:
     BF16 compute, FP32 sharded master parameters, FP32 gradient reduction, AdamW."""
@@ -133,6 +145,16 @@ class TrainingSpec(SpecModel):
     shard_group_nodes: int = Field(default=1, ge=1, le=4096)
     """hsdp only: nodes per shard group (it must divide the island's nodes: the planner
     proposes only islands of a multiple of it)."""
+    param_all_gather: ParamAllGather | None = None
+    """Format of the parameters FSDP all-gathers. Unset: the compute format (bf16; fp32
+    when training in fp32). ``fp8``: torchao's float8 all-gather
+    (``enable_fsdp_float8_all_gather``; needs ``precision: fp8``): the float8 linears'
+    weights are cast on the shard and gathered as 1 byte each, half bf16's bytes; the
+    embedding and LM head are not float8 linears (torchtitan leaves the output layer in
+    bf16) and gather bf16. ``fp32``: the FP32 master weights are gathered (4 bytes each)
+    and cast to the compute format after the gather (FSDP1 with autocast, Composer's FSDP
+    ``mixed_precision: DEFAULT``); with ``precision: fp32`` it is what fp32 training gathers
+    anyway (torchtitan ``--training.mixed_precision_param float32``)."""
     master_param_bytes: int = Field(default=4, ge=1, le=8)
     """Bytes per sharded parameter kept between steps."""
     grad_reduce_bytes: Literal[2, 4] = 4
@@ -164,6 +186,27 @@ class TrainingSpec(SpecModel):
                 f"seqLenTokens ({self.seq_len_tokens}); e.g. {nearest * self.seq_len_tokens}"
             )
         return self
+
+    @model_validator(mode="after")
+    def _fp8_gather_needs_fp8(self) -> TrainingSpec:
+        if self.param_all_gather is ParamAllGather.FP8 and self.precision is not Precision.FP8:
+            raise ValueError(
+                "paramAllGather fp8 (float8 all-gather) needs precision fp8: only float8 "
+                "linears' weights can be gathered in float8; use bf16 or set precision: fp8"
+            )
+        return self
+
+    def gather_bytes(self, block: bool = True) -> int:
+        """Bytes per parameter of a unit's all-gather (``block``: a transformer block, whose
+        linears are float8 under fp8 gathers; else the embedding or the LM head)."""
+        choice = self.param_all_gather
+        if choice is ParamAllGather.FP8:
+            return FP8_GATHER_BYTES if block else self.compute_bytes
+        if choice is ParamAllGather.FP32:
+            return 4
+        if choice is ParamAllGather.BF16:
+            return 2
+        return self.compute_bytes
 
     @property
     def global_batch_sequences(self) -> int:

@@ -38,6 +38,7 @@ from shardmeter.plan.schema import Runtime
 from shardmeter.spec.training import (
     ActivationCheckpointing,
     GradientSync,
+    ParamAllGather,
     Precision,
     Sharding,
     StrategyKind,
@@ -191,6 +192,14 @@ def torchtitan_run(
             "spec.training.precision",
             f"is {t.precision}: torchtitan 0.3.0 selects float8 in the config function "
             "(model converters), not by a flag; plan with bf16, or launch such a config yourself",
+        ),
+        (
+            t.param_all_gather is ParamAllGather.FP32 and t.precision is not Precision.FP32,
+            "spec.training.paramAllGather",
+            f"is fp32 with precision {t.precision}: torchtitan's FSDP2 computes in the gathered "
+            "dtype (--training.mixed_precision_param float32 is FP32 training; it has no "
+            "autocast over FSDP), so FP32 gathers for bf16 compute cannot be launched; "
+            "unset paramAllGather, or plan with precision: fp32",
         ),
         (
             t.activation_checkpointing not in _AC_MODE,

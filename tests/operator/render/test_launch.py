@@ -294,6 +294,11 @@ def test_templates_that_cannot_carry_the_flags_name_the_field(
         ),
         ({"training": {"precision": "fp8"}}, [island(0), island(1)], "spec.training.precision"),
         (
+            {"training": {"paramAllGather": "fp32"}},
+            [island(0), island(1)],
+            "spec.training.paramAllGather",
+        ),
+        (
             {"training": {"activationCheckpointing": "selective-layer"}},
             [island(0), island(1)],
             "spec.training.activationCheckpointing",
