@@ -76,6 +76,12 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="Prometheus for plans with spec.observe.stepSecondsQuery (default: none)",
     )
     p.add_argument(
+        "--default-workload",
+        choices=["auto", "Job", "JobSet"],
+        help="what a launch creates when spec.workload is unset (default auto: JobSet where the "
+        "cluster serves it, else Job)",
+    )
+    p.add_argument(
         "--kueue-namespace",
         help="where Kueue runs: the MultiKueueClusters' kubeconfig Secrets (default kueue-system)",
     )
@@ -152,6 +158,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         observe_window=args.observe_window,
         observed_min_samples=args.observed_min_samples,
         prometheus_url=args.prometheus_url,
+        default_workload=args.default_workload,
         kueue_namespace=args.kueue_namespace,
         read_worker_kubeconfigs=args.read_worker_kubeconfigs,
         admission_port=args.admission_port,

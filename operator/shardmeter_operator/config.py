@@ -32,6 +32,9 @@ class OperatorConfig:
     """Observed islands a pool's correction needs before plans use it."""
     prometheus_url: str = ""
     """Prometheus for plans that name a step-seconds query (empty: the log only)."""
+    default_workload: str = "auto"
+    """What a launch creates when ``spec.workload`` is unset: ``Job``, ``JobSet``, or ``auto``
+    (JobSet where the cluster serves it, else Job; the Launched condition says which)."""
     kueue_namespace: str = "kueue-system"
     """Where Kueue runs: the MultiKueueClusters' kubeconfig Secrets live there."""
     read_worker_kubeconfigs: bool = False
@@ -68,6 +71,7 @@ class OperatorConfig:
         "observe_window": "SHARDMETER_OBSERVE_WINDOW",
         "observed_min_samples": "SHARDMETER_OBSERVED_MIN_SAMPLES",
         "prometheus_url": "SHARDMETER_PROMETHEUS_URL",
+        "default_workload": "SHARDMETER_DEFAULT_WORKLOAD",
         "kueue_namespace": "SHARDMETER_KUEUE_NAMESPACE",
         "read_worker_kubeconfigs": "SHARDMETER_READ_WORKER_KUBECONFIGS",
         "admission_port": "SHARDMETER_ADMISSION_PORT",

@@ -66,15 +66,29 @@ def decide_workload(
     pools: Mapping[str, GPUPoolSpec],
     namespace: str,
     cluster: ClusterFacts,
+    default_workload: str = "auto",
 ) -> WorkloadKind:
-    """The workload the launch of ``islands`` creates. Raises a SpecError naming the field
-    (WorkloadUnavailableError, QueueNotFoundError, FlavorError) when it cannot be created."""
+    """The workload the launch of ``islands`` creates: ``spec.workload``, else the operator's
+    ``--default-workload`` (``auto``: JobSet where served, else Job). Raises a SpecError naming
+    the field (WorkloadUnavailableError, QueueNotFoundError, FlavorError) when it cannot be
+    created."""
     served = cluster.jobset_served
-    kind = spec.workload or (WorkloadKind.JOBSET if served else WorkloadKind.JOB)
+    default = (
+        WorkloadKind(default_workload)
+        if default_workload != "auto"
+        else (WorkloadKind.JOBSET if served else WorkloadKind.JOB)
+    )
+    kind = spec.workload or default
     if kind is WorkloadKind.JOBSET and not served:
+        said = (
+            "is JobSet"
+            if spec.workload
+            else "is unset and the operator's default (--default-workload, chart "
+            "operator.defaultWorkload) is JobSet"
+        )
         raise WorkloadUnavailableError(
             "spec.workload",
-            f"is JobSet, but the cluster does not serve {jobsets.API_VERSION} (the JobSet CRD "
+            f"{said}, but the cluster does not serve {jobsets.API_VERSION} (the JobSet CRD "
             f"{jobsets.CRD_NAME} is not installed): install JobSet (v0.7 or later) or set "
             "workload: Job",
         )
@@ -364,6 +378,7 @@ def decide_launch(
     recheck_s: float,
     out: PlanResult,
     generation: int,
+    default_workload: str = "auto",
 ) -> WorkloadKind | None:
     """Check that the planned islands can be launched — torchtitan-FT runs them as planned
     (:func:`~.render.launch.launchable_run`), the workload can be created — and name them
@@ -376,7 +391,7 @@ def decide_launch(
         kind = (
             WorkloadKind.JOBSET
             if sites
-            else decide_workload(spec, st.islands, pools, namespace, cluster)
+            else decide_workload(spec, st.islands, pools, namespace, cluster, default_workload)
         )
         restart = restart_scope(
             spec, kind, cluster, len(st.islands), queued=bool(spec.queue_name) and not sites
@@ -430,12 +445,10 @@ def launched_message(st: TrainingPlanStatus) -> tuple[str, str]:
     else:
         alone = ""
     if st.launch.workload_defaulted:
-        why = (
-            "the cluster serves jobset.x-k8s.io"
-            if st.launch.workload is WorkloadKind.JOBSET
-            else "the cluster does not serve jobset.x-k8s.io"
+        alone += (
+            f" (spec.workload unset: {st.launch.workload.value} by the operator's default "
+            "workload, --default-workload / chart operator.defaultWorkload)"
         )
-        alone += f" (spec.workload unset: {st.launch.workload.value}, because {why})"
     if st.launch.sites:
         shown = ", ".join(
             f"{s.job_set} ({len(s.islands)} island(s) in {s.queue_name} → {s.cluster})"

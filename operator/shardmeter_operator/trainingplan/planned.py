@@ -65,6 +65,7 @@ def record_launch(inputs: PlanInputs, ok: Validated, out: PlanResult) -> bool:
         inputs.cfg.recheck_interval_s,
         out,
         inputs.generation,
+        default_workload=inputs.cfg.default_workload,
     )
     if kind is None:
         return False

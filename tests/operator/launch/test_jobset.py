@@ -231,3 +231,31 @@ async def test_restart_island_where_the_gate_is_off_names_it(tmp_path: Path) -> 
         assert "RestartJob feature gate is disabled" in message, message
         assert "restart: AllIslands" in message
         assert cluster.list("jobsets", NS) == []
+
+
+async def test_the_operators_default_workload_is_explicit(tmp_path: Path) -> None:
+    # --default-workload Job: plain Jobs even where JobSet is installed, and the condition says so
+    async with operator_cluster(tmp_path, jobset=True, default_workload="Job") as cluster:
+        await apply(cluster, POOL, variant(PLAN, **ONE_POOL))
+        status = await status_of(cluster, "trainingplans", NS, NAME, phase("Launched"))
+        assert status["launch"]["workload"] == "Job" and cluster.list("jobsets", NS) == []
+        message = condition(status, "Launched")["message"]
+        assert "spec.workload unset: Job by the operator's default workload" in message
+
+
+async def test_a_jobset_default_without_jobset_names_the_default(tmp_path: Path) -> None:
+    async with operator_cluster(tmp_path, default_workload="JobSet") as cluster:  # no JobSet
+        await apply(cluster, POOL, variant(PLAN, **ONE_POOL))
+        status = await status_of(
+            cluster,
+            "trainingplans",
+            NS,
+            NAME,
+            lambda s: (
+                "operator.defaultWorkload" in condition(s, "Valid").get("message", "")
+                if any(c["type"] == "Valid" for c in s.get("conditions") or [])
+                else False
+            ),
+        )
+        assert condition(status, "Valid")["message"].startswith("spec.workload: is unset")
+        assert cluster.list("jobs", NS) == []
