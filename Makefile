@@ -4,6 +4,10 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 OUT    ?= out/case-study
+# Test files spread over the cores (pytest-xdist; a file's tests stay in one worker, in order).
+# JOBS=0 runs everything in one process.
+JOBS   ?= auto
+XDIST  := $(if $(filter 0,$(JOBS)),,-n $(JOBS) --maxprocesses 4 --dist loadfile)
 
 .PHONY: demo test check lint typecheck pytest crds docs bench clean tools
 
@@ -55,14 +59,14 @@ lint: $(VENV)/.full
 	$(VENV)/bin/lint-imports --no-cache
 
 pytest: $(VENV)/.full tools
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest $(XDIST) $(PYTEST_ARGS)
 
 test: lint pytest
 
 # The inner loop: lint, then every test not marked slow (the bench and launch end-to-end runs,
 # the exhaustive planner cross-check), stopping at the first failure. `make test` runs them all.
 check: lint $(VENV)/.full tools
-	$(PY) -m pytest -m "not slow" -x -q $(PYTEST_ARGS)
+	$(PY) -m pytest $(XDIST) -m "not slow" -x -q $(PYTEST_ARGS)
 
 crds: $(VENV)/.full
 	$(PY) -m shardmeter_operator.api.crdgen crds
