@@ -212,7 +212,7 @@ async def test_a_queue_without_kueue_is_invalid(tmp_path: Path) -> None:
 
 
 async def test_the_examples_queue_and_admit(tmp_path: Path) -> None:
-    """examples/kueue.yaml and examples/trainingplan-queued.yaml, as the README applies them."""
+    """examples/kueue.yaml and examples/trainingplan-queued.yaml, as docs/operator.md applies them."""
     examples = Path(__file__).resolve().parents[3] / "examples"
     async with operator_cluster(tmp_path, jobset=True, kueue=True) as cluster:
         await cluster.kubectl("apply", "-f", str(examples / "kueue.yaml"))
