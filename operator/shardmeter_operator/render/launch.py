@@ -137,13 +137,15 @@ def launch_manifests(
         plan_json,
         labels,
     )
+    island_jobs = [m for m in islands if m["kind"] == "Job"]
+    workloads: Sequence[Manifest]
     if site_queues:
         jobsets = site_jobsets(
             name,
             namespace,
             owner,
             labels,
-            [m for m in islands if m["kind"] == "Job"],
+            island_jobs,
             status.islands,
             pools,
             site_queues,
@@ -153,55 +155,37 @@ def launch_manifests(
             lighthouse=address,
             job_id=f"{namespace}/{name}",
         )
-        return with_runtime(
-            jobsets if address or run.diloco is None else [],
-            run,
-            plan=name,
-            namespace=namespace,
-            owner=owner,
-            labels=labels,
-            bench_image=bench_image,
-            lighthouse=address,
-            service_type=service_type(spec.fault_tolerance, remote=True),
-        )
-    if workload is WorkloadKind.JOBSET:
-        jobset = jobset_manifest(
-            name,
-            namespace,
-            owner,
-            labels,
-            [m for m in islands if m["kind"] == "Job"],
-            status.islands,
-            run,
-            max_restarts=spec.max_restarts,
-            lighthouse=address,
-            job_id=f"{namespace}/{name}",
-            restart=restart,
-        )
-        out = with_runtime(
-            [jobset],
-            run,
-            plan=name,
-            namespace=namespace,
-            owner=owner,
-            labels=labels,
-            bench_image=bench_image,
-            lighthouse=address,
-            service_type=service_type(spec.fault_tolerance, remote=False),
-        )
+        workloads = jobsets if address or run.diloco is None else []
+    elif workload is WorkloadKind.JOBSET:
+        workloads = [
+            jobset_manifest(
+                name,
+                namespace,
+                owner,
+                labels,
+                island_jobs,
+                status.islands,
+                run,
+                max_restarts=spec.max_restarts,
+                lighthouse=address,
+                job_id=f"{namespace}/{name}",
+                restart=restart,
+            )
+        ]
     else:
-        out = with_runtime(
-            islands,
-            run,
-            plan=name,
-            namespace=namespace,
-            owner=owner,
-            labels=labels,
-            bench_image=bench_image,
-            lighthouse=address,
-            service_type=service_type(spec.fault_tolerance, remote=False),
-        )
-    if queue:
+        workloads = islands
+    out = with_runtime(
+        workloads,
+        run,
+        plan=name,
+        namespace=namespace,
+        owner=owner,
+        labels=labels,
+        bench_image=bench_image,
+        lighthouse=address,
+        service_type=service_type(spec.fault_tolerance, remote=bool(site_queues)),
+    )
+    if queue and not site_queues:  # a site's JobSet is already in its site's queue
         for m in out:
             if m["kind"] in ("Job", JOBSET_KIND):
                 submit(m, queue)

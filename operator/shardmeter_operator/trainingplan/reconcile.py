@@ -232,7 +232,7 @@ async def read_worker(
         jobset = await has(serves(kube, jobsets.CRD_NAME, jobsets.VERSION))
     except ApiError as exc:
         return WorkerFacts(cluster, unreadable=str(exc))
-    return WorkerFacts(cluster, ns, lq if ns is not False else False, jobset)
+    return WorkerFacts(cluster, ns, lq, jobset)
 
 
 async def read_site_queue(kube: Kube, namespace: str, queue: str) -> SiteQueue:

@@ -207,7 +207,13 @@ async def test_an_island_restarts_alone_where_jobsets_webhook_accepts_restartjob
         status = await status_of(
             cluster, "trainingplans", NS, NAME, lambda s: (s.get("restarts") or 0) >= 1
         )
-        now = {j["metadata"]["name"]: j["metadata"]["uid"] for j in cluster.list("jobs", NS)}
+
+        def current() -> dict[str, str]:
+            return {j["metadata"]["name"]: j["metadata"]["uid"] for j in cluster.list("jobs", NS)}
+
+        # JobSet counts the restart, deletes the failed island's Job, then creates it again
+        await cluster.wait_for(lambda: current().get(names[0]) not in (None, uids[names[0]]))
+        now = current()
         assert now[names[0]] != uids[names[0]]  # recreated
         assert all(now[n_] == uids[n_] for n_ in names[1:])  # the others untouched
         assert status["phase"] != "Failed"

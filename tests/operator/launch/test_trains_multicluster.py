@@ -49,7 +49,9 @@ from support.multicluster import SITES, running_multicluster
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300), pytest.mark.asyncio]
 PLAN = "e2e"
-STEPS = 400
+STEPS = 2000
+"""Enough that island 0 never finishes before the restarted island rejoins (the test stops
+once it has; the steps are not run through)."""
 JOBSETS = "jobsets.jobset.x-k8s.io"
 
 
