@@ -39,7 +39,7 @@ from shardmeter.spec.loading import parse_json, read_text
 from shardmeter.spec.model import MODEL_PRESETS, TransformerSpec
 from shardmeter.spec.pool import PoolSpec
 from shardmeter.spec.presets import normalise_name, resolve
-from shardmeter.spec.training import TrainingSpec
+from shardmeter.spec.training import AttentionKernel, TrainingSpec
 
 
 @dataclass(frozen=True)
@@ -248,6 +248,7 @@ def point_specs(
             "torch_compile": bool(_flag(point, "torch_compile", False)),
             "torch_compile_loss": bool(_flag(point, "torch_compile_loss", True)),
             "param_all_gather": _flag(point, "param_all_gather", None),
+            "attention_kernel": _flag(point, "attention_kernel", "flash2"),
             "sharding": _flag(point, "sharding", "fsdp"),
             "shard_group_nodes": int(group_nodes or 1),
         }
@@ -277,6 +278,8 @@ def _setup(
         extras.append(training.sharding.value)
     if training.param_all_gather is not None:
         extras.append(f"{training.param_all_gather.value}-gather")
+    if training.attention_kernel is not AttentionKernel.FLASH2:
+        extras.append(training.attention_kernel.value)
     limit = pool.gpu.power_limit(pool.power_cap_watts)
     if limit < pool.gpu.tdp_watts:
         extras.append(f"{limit:g} W")
@@ -349,6 +352,29 @@ def evaluate(document: Mapping[str, Any]) -> Report:
         except (KeyError, TypeError, ValueError) as exc:
             skipped.append(Skipped(pid, f"cannot read the point ({type(exc).__name__}: {exc})"))
     return Report(predictions, skipped)
+
+
+def apply_setups(document: Mapping[str, Any], setups: Mapping[str, Any]) -> dict[str, Any]:
+    """``document`` with the setup facts of a setups file added to the points it names
+    (``{"facts": {key: {"value": v, "source": "...", "points": [id, ...]}}}``): facts the
+    published file does not record. A fact only adds a key a point lacks — a published
+    value or a stated setup is never overridden — and naming an unknown point is an error."""
+    points = [dict(p) for p in document.get("points", [])]
+    by_id = {str(p.get("id")): p for p in points}
+    for key, fact in (setups.get("facts") or {}).items():
+        if not (isinstance(fact, Mapping) and fact.get("source") and "value" in fact):
+            raise SpecError(f"facts.{key}", "needs a 'value' and the 'source' it comes from")
+        for pid in fact.get("points") or []:
+            if pid not in by_id:
+                raise SpecError(f"facts.{key}.points", f"{pid!r} is not a point of the file")
+            if key in by_id[pid]:
+                raise SpecError(
+                    f"facts.{key}.points",
+                    f"{pid!r} already states {key} = {by_id[pid][key]!r}; a fact only adds "
+                    "what the published file leaves out",
+                )
+            by_id[pid][key] = fact["value"]
+    return {**document, "points": points}
 
 
 def load_document(path: str | Path) -> dict[str, Any]:

@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from shardmeter.calibration import evaluate, point_specs
+from shardmeter.calibration import apply_setups, evaluate, point_specs
+from shardmeter.errors import SpecError
 from shardmeter.spec.training import ActivationCheckpointing, Precision, Sharding
 
 REPO = Path(__file__).resolve().parents[1]
@@ -198,3 +199,33 @@ def test_validation_points_cite_their_source_and_read_in_full() -> None:
     }
     assert {s.id for s in report.skipped} == inexpressible
     assert {p.gpu_family for p in report.predictions} == {"A100", "H100", "H200"}
+
+
+SETUPS = REPO / "benchmarks" / "data" / "calibration-setups.json"
+
+
+def test_setup_facts_only_add_what_a_published_file_leaves_out() -> None:
+    fact = {"value": "triton-flash", "source": "a script's default", "points": ["a"]}
+    document = {"points": [point(id="a"), point(id="b")]}
+    merged = apply_setups(document, {"facts": {"attention_kernel": fact}})
+    assert [p.get("attention_kernel") for p in merged["points"]] == ["triton-flash", None]
+    assert "attention_kernel" not in document["points"][0]  # the input is left as it was
+    slower, same = evaluate(merged).predictions
+    assert slower.predicted_tokens_per_s_per_gpu < same.predicted_tokens_per_s_per_gpu
+    stated = {"points": [point(id="a", attention_kernel="flash2")]}
+    with pytest.raises(SpecError, match="already states attention_kernel"):
+        apply_setups(stated, {"facts": {"attention_kernel": fact}})
+    with pytest.raises(SpecError, match="'a' is not a point"):
+        apply_setups({"points": [point(id="z")]}, {"facts": {"attention_kernel": fact}})
+    with pytest.raises(SpecError, match="source"):
+        apply_setups(document, {"facts": {"attention_kernel": {"value": 1, "points": ["a"]}}})
+
+
+@pytest.mark.skipif(SHARED is None, reason="shared/calibration not beside this checkout")
+def test_the_calibration_setups_name_points_of_the_shared_file() -> None:
+    assert SHARED is not None
+    setups = json.loads(SETUPS.read_text())
+    assert setups["file"] == SHARED.name
+    merged = apply_setups(json.loads(SHARED.read_text()), setups)
+    report = evaluate(merged)
+    assert report.skipped == [] and len(report.predictions) == 18

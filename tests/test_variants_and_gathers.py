@@ -105,3 +105,20 @@ def test_a_gpupool_takes_a_power_capped_memory_variant() -> None:
     )
     assert pool.gpu.power_limit() == 500 and pool.gpu.memory_bytes == 96e9
     assert "(powerLimitWatts=500" in pool.gpu.name
+
+
+def test_the_attention_kernel_sets_the_attention_rate_and_nothing_else() -> None:
+    # FlashAttention in Triton: FlashAttention-2 is ~1.4x faster forward, 2x backward (Dao
+    # 2023 §4.1); matmuls and element-wise work do not depend on the attention kernel
+    flash = _cm(attention_kernel="flash2").block_work(2)
+    triton = _cm(attention_kernel="triton-flash").block_work(2)
+    for f, t, slower in zip(flash, triton, (1.4, 2.0), strict=True):
+        assert t.attention_s == pytest.approx(slower * f.attention_s, rel=1e-9)
+        assert (t.matmul_s, t.elementwise_s, t.launch_s) == pytest.approx(
+            (f.matmul_s, f.elementwise_s, f.launch_s), rel=0.02
+        )  # the clock a slower step sustains moves matmuls a little, never by the ratio
+    default = _cm()
+    assert default.training.attention_kernel.value == "flash2"
+    assert default.unit_times(2) == _cm(attention_kernel="flash2").unit_times(2)
+    with pytest.raises(ValidationError, match=r"attention_kernel|attentionKernel"):
+        _cm(attention_kernel="flash9")

@@ -49,6 +49,7 @@ TRAINING_FLAGS = (
             "shard_group_nodes",
             "grad_reduce_bytes",
             "param_all_gather",
+            "attention_kernel",
             "total_tokens",
         )
     ),

@@ -61,6 +61,7 @@ from shardmeter.spec.hardware import GPUSpec
 from shardmeter.spec.model import MLPKind, TransformerSpec
 from shardmeter.spec.pool import PoolSpec
 from shardmeter.spec.training import (
+    ATTENTION_KERNEL_SPEED,
     ActivationCheckpointing,
     GradientSync,
     Precision,
@@ -212,8 +213,14 @@ class CostModel:
             cast_bytes = cast.forward if target is Target.BLOCK_FORWARD else cast.backward
             bw = g.hbm_bandwidth_bytes_per_s * g.memory_efficiency
             parts["float8_cast"] = tokens * cast_bytes / bw
+        fwd_speed, bwd_speed = ATTENTION_KERNEL_SPEED[t.attention_kernel]
+        speed = fwd_speed if target is Target.BLOCK_FORWARD else bwd_speed
         return {
-            f: v / clock if f in MATMUL_FEATURES | ATTENTION_FEATURES else v
+            f: v / (clock * speed)
+            if f in ATTENTION_FEATURES
+            else v / clock
+            if f in MATMUL_FEATURES
+            else v
             for f, v in parts.items()
         }
 

@@ -37,6 +37,7 @@ from typing import Any
 from shardmeter.plan.schema import Runtime
 from shardmeter.spec.training import (
     ActivationCheckpointing,
+    AttentionKernel,
     GradientSync,
     ParamAllGather,
     Precision,
@@ -200,6 +201,12 @@ def torchtitan_run(
             "dtype (--training.mixed_precision_param float32 is FP32 training; it has no "
             "autocast over FSDP), so FP32 gathers for bf16 compute cannot be launched; "
             "unset paramAllGather, or plan with precision: fp32",
+        ),
+        (
+            t.attention_kernel is not AttentionKernel.FLASH2,
+            "spec.training.attentionKernel",
+            f"is {t.attention_kernel}: torchtitan runs attention through PyTorch SDPA, whose "
+            "flash backend is FlashAttention-2; plan with flash2 (or unset it)",
         ),
         (
             t.activation_checkpointing not in _AC_MODE,

@@ -304,6 +304,11 @@ def test_templates_that_cannot_carry_the_flags_name_the_field(
             "spec.training.activationCheckpointing",
         ),
         (
+            {"training": {"attentionKernel": "triton-flash"}},
+            [island(0), island(1)],
+            "spec.training.attentionKernel",
+        ),
+        (
             {"training": {"gradientSync": "last-micro-batch"}},
             [island(0), island(1)],
             "spec.training.gradientSync",
