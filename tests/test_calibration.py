@@ -229,3 +229,21 @@ def test_the_calibration_setups_name_points_of_the_shared_file() -> None:
     merged = apply_setups(json.loads(SHARED.read_text()), setups)
     report = evaluate(merged)
     assert report.skipped == [] and len(report.predictions) == 18
+
+
+@pytest.mark.skipif(SHARED is None, reason="shared/calibration not beside this checkout")
+def test_the_accuracy_tables_page_is_what_the_benchmark_prints(tmp_path: Path) -> None:
+    page = tmp_path / "accuracy-tables.md"
+    script = REPO / "benchmarks" / "bench_published.py"
+    run = subprocess.run(
+        [sys.executable, str(script), "--markdown", str(page)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr
+    checked_in = REPO / "docs" / "accuracy-tables.md"
+    assert page.read_text() == checked_in.read_text(), (
+        "docs/accuracy-tables.md is stale: run python benchmarks/bench_published.py "
+        "--markdown docs/accuracy-tables.md"
+    )
