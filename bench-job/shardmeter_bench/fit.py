@@ -21,7 +21,7 @@ from shardmeter.cost.features import Target
 from shardmeter.cost.fitting import fit_coefficients
 from shardmeter.cost.floors import FLOPS_PER_UNIT, demonstrated_flop_per_s
 from shardmeter.spec.hardware import GPUSpec, LinkSpec
-from shardmeter.spec.training import Precision
+from shardmeter.spec.training import AttentionKernel, Precision
 from shardmeter_bench import __version__
 from shardmeter_bench.device import PROBE_HEADROOM
 
@@ -78,6 +78,8 @@ def fit(
         pool=pool,
         software=software_versions(device_type),
     )
+    if device_type == "cuda":  # attention ran in torchtitan's order (compute/blocks.py)
+        doc = doc.model_copy(update={"attention_kernel": AttentionKernel.CUDNN})
     if notes:
         doc = doc.model_copy(update={"notes": [*notes, *doc.notes]})
     return doc

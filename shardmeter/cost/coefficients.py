@@ -19,7 +19,7 @@ from shardmeter.cost.observed import ObservedCorrection, digest
 from shardmeter.errors import SpecError, spec_error_from_validation
 from shardmeter.spec.hardware import GPUSpec
 from shardmeter.spec.loading import parse_json
-from shardmeter.spec.training import Precision
+from shardmeter.spec.training import AttentionKernel, Precision
 
 SCHEMA_VERSION = 1
 CONFIGMAP_KEY = "coefficients.json"
@@ -154,6 +154,10 @@ class CoefficientsDocument(_Doc):
     created_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
     measured_at: datetime | None = None
     software: dict[str, str] = Field(default_factory=dict)
+    attention_kernel: AttentionKernel | None = None
+    """The fused attention kernel the measured attention ran (the benchmark Job on CUDA:
+    ``cudnn``, torchtitan's order); unset: priors (FlashAttention-2's rates) or not known
+    (a CPU pool), and no kernel ratio is applied to measured coefficients."""
     compute: dict[Target, LinearFit]
     communication: dict[LinkRole, dict[str, CollectiveFit]]
     memory: MemoryCoefficients = Field(default_factory=MemoryCoefficients)

@@ -235,7 +235,7 @@ def refit(
     random_state: int = 0,
 ) -> CoefficientsDocument:
     """Fit again from the samples a document carries (e.g. after a library upgrade)."""
-    return fit_coefficients(
+    refitted = fit_coefficients(
         gpu=document.gpu,
         precision=document.precision,
         intra_node=intra_node,
@@ -249,3 +249,4 @@ def refit(
         random_state=random_state,
         measured_at=document.measured_at,
     )
+    return refitted.model_copy(update={"attention_kernel": document.attention_kernel})

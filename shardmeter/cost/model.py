@@ -37,6 +37,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from shardmeter.cost.attention import relative_speed
 from shardmeter.cost.coefficients import CoefficientsDocument, CollectiveFit, LinkRole, Source
 from shardmeter.cost.collectives import Topology, replica_all_reduce_seconds, ring_seconds
 from shardmeter.cost.elementwise import block_bytes, float8_cast_bytes, head_bytes
@@ -61,8 +62,8 @@ from shardmeter.spec.hardware import GPUSpec
 from shardmeter.spec.model import MLPKind, TransformerSpec
 from shardmeter.spec.pool import PoolSpec
 from shardmeter.spec.training import (
-    ATTENTION_KERNEL_SPEED,
     ActivationCheckpointing,
+    AttentionKernel,
     GradientSync,
     Precision,
     Sharding,
@@ -138,6 +139,14 @@ class CostModel:
         self.compute_scale = coefficients.compute_scale  # the observed correction (1.0: none)
         self.gpu: GPUSpec = coefficients.gpu
         self.peak_flop_per_s = self.gpu.peak_flop_per_s(training.precision.value)
+        timed_with = (
+            AttentionKernel.FLASH2
+            if coefficients.source is Source.PRIOR
+            else coefficients.attention_kernel
+        )
+        self.attention_speed = relative_speed(training.attention_kernel, timed_with, self.gpu)
+        """(forward, backward) speed of the job's attention kernel against the one the
+        coefficients' attention rate stands for (`shardmeter.cost.attention`)."""
         self.clock_fraction = clock_fraction(
             pool.gpu, pool.power_cap_watts, f"pools[{pool.name}].powerCapWatts"
         )
@@ -213,7 +222,7 @@ class CostModel:
             cast_bytes = cast.forward if target is Target.BLOCK_FORWARD else cast.backward
             bw = g.hbm_bandwidth_bytes_per_s * g.memory_efficiency
             parts["float8_cast"] = tokens * cast_bytes / bw
-        fwd_speed, bwd_speed = ATTENTION_KERNEL_SPEED[t.attention_kernel]
+        fwd_speed, bwd_speed = self.attention_speed
         speed = fwd_speed if target is Target.BLOCK_FORWARD else bwd_speed
         return {
             f: v / (clock * speed)

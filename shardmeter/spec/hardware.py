@@ -148,6 +148,10 @@ class GPUSpec(SpecModel):
     128, counting the FLOPs it executes)."""
     attention_backward_efficiency: float = Field(default=0.30, gt=0, le=1)
     """The same for the flash-attention backward kernel."""
+    cudnn_attention_speed: float = Field(default=1.0, gt=0, le=10)
+    """cuDNN's fused attention (SDPA's cuDNN backend, which torchtitan 0.3.0 runs first)
+    relative to FlashAttention-2 on this GPU, forward and backward (``attentionKernel:
+    cudnn``; `shardmeter.cost.attention`). 1 = as fast (no measurement)."""
     memory_efficiency: float = Field(default=0.85, gt=0, le=1)
     """Fraction of the HBM bandwidth element-wise kernels reach."""
     matmul_efficiency_duty_cycle: float = Field(default=1.0, gt=0, le=1)
@@ -289,6 +293,11 @@ def mamf_duty_cycle(
 #   "only 35 % utilization" (Shah et al. 2024, FlashAttention-3, arXiv 2407.08608, abstract);
 #   its Figure 5 measures FA2 at head dim 128, sequence 2k–8k: causal forward 298–333 TFLOP/s
 #   (0.32 of 989) and backward 291–318 TFLOP/s (0.30).
+# * cudnn_attention_speed: cuDNN fused attention ÷ FlashAttention-2, the same FA3 paper
+#   figures at head dim 128, sequence 2k–8k on H100 SXM: causal forward 484–529 vs 298–333
+#   TFLOP/s (Fig. 5), backward 465–518 vs 291–318 (Fig. 6): 1.6 both; H200 is the same chip.
+#   A100: cuDNN SDPA runs at 0.82x FlashAttention-2 for training shapes, L40S 1.00x
+#   (huggingface/transformers#48163, six GPUs benchmarked, 2026-08).
 # * memory_efficiency: element-wise PyTorch kernels stream at about 85 % of HBM peak
 #   (vectorised loads; STREAM-style copies on A100/H100 reach 85–90 %).
 # * matmul_efficiency_duty_cycle: the tensor-core share of the MAMF finder's timing loop at the
@@ -314,6 +323,7 @@ GPU_PRESETS: dict[str, GPUSpec] = {
         matmul_efficiency_duty_cycle=mamf_duty_cycle(1024, 10240, 5120, 271.2e12, 2.039e12),
         attention_efficiency=0.60,
         attention_backward_efficiency=0.60,
+        cudnn_attention_speed=0.82,
         memory_efficiency=0.85,
         default_intra_node_link="nvlink3",
         default_inter_node_link="ib-hdr",
@@ -342,6 +352,7 @@ GPU_PRESETS: dict[str, GPUSpec] = {
         ),
         attention_efficiency=0.32,
         attention_backward_efficiency=0.30,
+        cudnn_attention_speed=1.6,
         memory_efficiency=0.85,
         default_network=_network(8, 400, LinkKind.INFINIBAND, 5e-6),
     ),
@@ -367,6 +378,7 @@ GPU_PRESETS: dict[str, GPUSpec] = {
         ),
         attention_efficiency=0.32,
         attention_backward_efficiency=0.30,
+        cudnn_attention_speed=1.6,
         memory_efficiency=0.85,
         default_network=_network(8, 400, LinkKind.INFINIBAND, 5e-6),
     ),
@@ -390,6 +402,7 @@ GPU_PRESETS: dict[str, GPUSpec] = {
         matmul_efficiency_duty_cycle=mamf_duty_cycle(2048, 5120, 6144, 0.75 * 362.05e12, 864e9),
         attention_efficiency=0.32,
         attention_backward_efficiency=0.30,
+        cudnn_attention_speed=1.0,
         memory_efficiency=0.85,
         default_intra_node_link="pcie4",
         default_inter_node_link="eth-100g",

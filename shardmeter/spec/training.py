@@ -97,24 +97,12 @@ FP8_GATHER_BYTES = 1
 
 
 class AttentionKernel(SpecEnum):
-    """The fused attention kernel the job runs (see ``TrainingSpec.attention_kernel``)."""
+    """The fused attention kernel the job runs (see ``TrainingSpec.attention_kernel``; the
+    rates are in `shardmeter.cost.attention`)."""
 
+    CUDNN = "cudnn"
     FLASH2 = "flash2"
     TRITON_FLASH = "triton-flash"
-
-
-ATTENTION_KERNEL_SPEED: dict[AttentionKernel, tuple[float, float]] = {
-    AttentionKernel.FLASH2: (1.0, 1.0),
-    # FlashAttention in Triton (flash-attn's ``flash_attn_triton.py``; llm-foundry's
-    # ``attn_impl: triton`` runs the same kernel with an ALiBi bias, on the pre-MLIR Triton
-    # fork): "FlashAttention-2 is around 1.3-1.5x faster than FlashAttention in Triton in the
-    # forward pass and around 2x faster in the backward pass" (Dao 2023, arXiv 2307.08691,
-    # §4.1, A100 80GB). The midpoint 1.4 forward, 2.0 backward. Neither kernel uses Hopper's
-    # instructions (wgmma/TMA), so the same ratio is taken on H100/H200.
-    AttentionKernel.TRITON_FLASH: (1 / 1.4, 1 / 2.0),
-}
-"""(forward, backward) speed of each kernel relative to FlashAttention-2, whose rates the
-GPU presets' ``attention_efficiency`` / ``attention_backward_efficiency`` give."""
 
 
 class TrainingSpec(SpecModel):
@@ -176,11 +164,13 @@ class TrainingSpec(SpecModel):
     and cast to the compute format after the gather (FSDP1 with autocast, Composer's FSDP
     ``mixed_precision: DEFAULT``); with ``precision: fp32`` it is what fp32 training gathers
     anyway (torchtitan ``--training.mixed_precision_param float32``)."""
-    attention_kernel: AttentionKernel = AttentionKernel.FLASH2
-    """The fused attention kernel: ``flash2`` (FlashAttention-2, PyTorch SDPA's flash backend,
-    what torchtitan runs; the GPU's attention efficiencies are its rates) or
-    ``triton-flash`` (FlashAttention in Triton, llm-foundry's ``attn_impl: triton``: 1.4x
-    slower forward and 2x slower backward than FlashAttention-2, Dao 2023 §4.1)."""
+    attention_kernel: AttentionKernel = AttentionKernel.CUDNN
+    """The fused attention kernel: ``cudnn`` (cuDNN's fused attention, what torchtitan 0.3.0
+    runs: it calls SDPA with cuDNN first; ~1.6x FlashAttention-2 on H100/H200, 0.82x on
+    A100), ``flash2`` (FlashAttention-2, SDPA's flash backend: most stacks before 2025; the
+    GPU presets' attention efficiencies are its rates) or ``triton-flash`` (FlashAttention in
+    Triton, llm-foundry's ``attn_impl: triton``: 1.4x slower forward, 2x slower backward than
+    FlashAttention-2). Sources in `shardmeter.cost.attention`."""
     master_param_bytes: int = Field(default=4, ge=1, le=8)
     """Bytes per sharded parameter kept between steps."""
     grad_reduce_bytes: Literal[2, 4] = 4

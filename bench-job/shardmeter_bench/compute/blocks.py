@@ -1,15 +1,33 @@
 """The profiled model: a Llama-style block (RMSNorm, grouped-query attention through
 ``scaled_dot_product_attention(..., enable_gqa=True)`` with rotary embeddings, SwiGLU MLP),
 the token embedding, and the head (final norm + LM head + cross-entropy loss) as FSDP
-units of their own, exactly the units `shardmeter.cost.features.Target` names."""
+units of their own, exactly the units `shardmeter.cost.features.Target` names.
+
+On CUDA the attention runs in torchtitan 0.3.0's SDPA backend order (cuDNN first, then
+FlashAttention, then the math kernel, ``set_priority=True``: its
+``models/common/attention.py``), so the measured attention rate is the one a launched
+island runs; the coefficients document records it (``attentionKernel: cudnn``). On the CPU
+SDPA picks its own kernel and the document records none."""
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 from torch import nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.functional import cross_entropy, scaled_dot_product_attention, silu
 
 from shardmeter.spec.model import TransformerSpec
+
+TORCHTITAN_SDPA_ORDER = [SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION, SDPBackend.MATH]
+"""torchtitan 0.3.0's ``ScaledDotProductAttention.sdpa_backends`` (its order of preference)."""
+
+
+def _sdpa_backends(device: torch.device) -> contextlib.AbstractContextManager[None]:
+    if device.type == "cuda":
+        return sdpa_kernel(TORCHTITAN_SDPA_ORDER, set_priority=True)
+    return contextlib.nullcontext()
 
 
 class RMSNorm(nn.Module):
@@ -75,9 +93,10 @@ class Attention(nn.Module):
         v = self.v_proj(x).view(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
         cos, sin = self.rotary.tables(s, x.device, x.dtype)
         q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
-        out = scaled_dot_product_attention(
-            q, k, v, is_causal=True, enable_gqa=self.kv_heads != self.heads
-        )
+        with _sdpa_backends(q.device):
+            out = scaled_dot_product_attention(
+                q, k, v, is_causal=True, enable_gqa=self.kv_heads != self.heads
+            )
         projected: torch.Tensor = self.o_proj(out.transpose(1, 2).reshape(b, s, -1))
         return projected
 

@@ -203,10 +203,11 @@ def torchtitan_run(
             "unset paramAllGather, or plan with precision: fp32",
         ),
         (
-            t.attention_kernel is not AttentionKernel.FLASH2,
+            t.attention_kernel is not AttentionKernel.CUDNN,
             "spec.training.attentionKernel",
-            f"is {t.attention_kernel}: torchtitan runs attention through PyTorch SDPA, whose "
-            "flash backend is FlashAttention-2; plan with flash2 (or unset it)",
+            f"is {t.attention_kernel}: torchtitan 0.3.0 calls SDPA with cuDNN attention first "
+            "(FlashAttention-2 only where cuDNN cannot run the shape) and has no flag to "
+            "change it; plan with cudnn (the default)",
         ),
         (
             t.activation_checkpointing not in _AC_MODE,

@@ -304,7 +304,7 @@ def test_templates_that_cannot_carry_the_flags_name_the_field(
             "spec.training.activationCheckpointing",
         ),
         (
-            {"training": {"attentionKernel": "triton-flash"}},
+            {"training": {"attentionKernel": "flash2"}},
             [island(0), island(1)],
             "spec.training.attentionKernel",
         ),
