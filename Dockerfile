@@ -22,7 +22,8 @@ COPY bench-job ./bench-job
 RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels . \
     && ls /wheels/shardmeter-*.whl
 
-# ---- operator: slim Python, the `operator` extra (kopf, kubernetes, prometheus-client), no torch
+# ---- operator: slim Python, the `operator` extra (kopf, kubernetes, prometheus-client,
+# cryptography for the admission webhook's self-signed certificate), no torch
 FROM ${PYTHON_IMAGE} AS operator
 # PYTHONSAFEPATH: `python -m` does not put the working directory on sys.path.
 # PYTHONDONTWRITEBYTECODE: nothing is written at run time (read-only root filesystem); the
@@ -44,6 +45,7 @@ RUN set -eux; \
     rm -rf /wheels; \
     if python -c "import torch" 2>/dev/null; then echo "torch must not be in the operator image" >&2; exit 1; fi; \
     python -c "import shardmeter_operator.__main__"; \
+    python -c "from shardmeter_operator.admission.webhook import self_signed_certificate as c; c(['localhost'])"; \
     groupadd --system --gid 10001 shardmeter; \
     useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent \
         --shell /usr/sbin/nologin shardmeter

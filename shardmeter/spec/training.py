@@ -402,6 +402,14 @@ class StrategySpec(SpecModel):
                     "message": f"fragments must be between 1 and {MAX_FRAGMENTS} or 'auto'",
                 },
                 {
+                    "rule": "!has(self.fragmentSyncDelay) || type(self.fragmentSyncDelay) != int"
+                    f" || (self.fragmentSyncDelay >= {AUTO_FIELD_BOUNDS['fragment_sync_delay'][0]}"
+                    f" && self.fragmentSyncDelay <= {AUTO_FIELD_BOUNDS['fragment_sync_delay'][1]})",
+                    "message": "fragmentSyncDelay must be between "
+                    f"{AUTO_FIELD_BOUNDS['fragment_sync_delay'][0]} and "
+                    f"{AUTO_FIELD_BOUNDS['fragment_sync_delay'][1]} or 'auto'",
+                },
+                {
                     "rule": "!has(self.syncEvery) || !has(self.fragments) || !has(self.fragmentSyncDelay)"
                     " || type(self.syncEvery) != int || type(self.fragments) != int"
                     " || type(self.fragmentSyncDelay) != int"

@@ -1,7 +1,9 @@
 """kopf's ClusterKopfPeering CRD is cluster-wide and shared by every kopf operator of a
 cluster: ``crds.kopfPeering`` installs it with the release (true), never (false: install it
 apart from ``files/kopf-peering.yaml``), or unless another owner already has it (auto, the
-default; Helm's lookup finds nothing without a cluster, so a plain render includes it)."""
+default; Helm's lookup finds nothing without a cluster, so a plain render includes it). The
+lookup against a cluster — a foreign CRD left out, the release's own kept — is
+test_chart_peering_lookup.py, with Helm installing against the in-memory API server."""
 
 from __future__ import annotations
 

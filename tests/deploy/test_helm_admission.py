@@ -150,3 +150,15 @@ async def test_the_self_signed_render_applies_to_the_emulated_api_server(tmp_pat
         await cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(docs))  # strict
         for kind in ("mutatingwebhookconfigurations", "validatingwebhookconfigurations"):
             assert cluster.get(kind, None, FULLNAME) is not None
+
+
+def test_the_validating_webhook_sees_updates_and_the_mutating_one_creates_only() -> None:
+    """Placement happens on create; an admitted workload's placement record is checked on
+    every update (docs/admission.md)."""
+    docs = render(CERT_MANAGER)
+    for kind, operations in [
+        ("MutatingWebhookConfiguration", ["CREATE"]),
+        ("ValidatingWebhookConfiguration", ["CREATE", "UPDATE"]),
+    ]:
+        (config,) = of(docs, kind)
+        assert [h["rules"][0]["operations"] for h in config["webhooks"]] == [operations] * 2

@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
+import contextvars
 import functools
+import logging
 import os
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Collection, Mapping
 from typing import Any, TypeVar
 
 import kopf
@@ -47,6 +50,46 @@ DENIED_CODE = 400
 INJECT_ATTEMPTS, INJECT_INTERVAL_S = 240, 0.5
 log = structlog.get_logger("shardmeter_operator")
 
+_denied: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "shardmeter_admission_denied", default=None
+)
+"""The message of the denial the current admission request raises (kopf runs an async
+handler in the request's own context, and logs its outcome there)."""
+
+
+def deny(message: str, body: kopf.Body, handler: str) -> kopf.AdmissionError:
+    """A denial (code 400): the request is wrong, not the operator. Logged here at INFO with
+    its reason, and kopf's ERROR line for it (it logs every AdmissionError as a handler that
+    "failed permanently") is dropped by :class:`DenialsAreNotErrors`."""
+    meta = body.get("metadata") or {}
+    where = "/".join(p for p in (meta.get("namespace"), meta.get("name")) if p)
+    log.info(
+        "admission denied",
+        handler=handler,
+        obj=f"{body.get('kind', '')} {where}".strip(),
+        reason=message,
+    )
+    _denied.set(message)
+    return kopf.AdmissionError(message, code=DENIED_CODE)
+
+
+class DenialsAreNotErrors(logging.Filter):
+    """On kopf's object logger: drops kopf's ERROR record of the denial :func:`deny` just
+    logged (same request, same message). Everything else passes — a placement that failed
+    closed (code 500), a timeout, an exception in a handler — at kopf's level."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        denied = _denied.get()
+        if denied is None or record.levelno < logging.ERROR:
+            return True
+        if record.getMessage().endswith(f" failed permanently: {denied}"):
+            _denied.set(None)
+            return False
+        return True
+
+
+_DENIALS_FILTER = DenialsAreNotErrors()
+
 _placing = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="admission")
 """Its own worker: an admission never queues behind a TrainingPlan's search."""
 
@@ -61,7 +104,94 @@ async def _in_worker(fn: Callable[..., T], *args: Any) -> T:
     return await asyncio.get_running_loop().run_in_executor(_placing, run)
 
 
-class CAInjectingServer(kopf.WebhookServer):
+SELF_SIGNED_DAYS = 3650
+"""Validity of the self-signed certificate: it is made at every start of the webhook server
+and never leaves the pod, and kopf does not renew it while the pod runs."""
+
+
+def self_signed_certificate(
+    hostnames: Collection[str], password: str | None = None
+) -> tuple[bytes, bytes]:
+    """A self-signed CA certificate and its private key (PEM) for ``hostnames``, as kopf's
+    ``WebhookServer.build_certificate`` makes them — IP addresses as IP SANs (``0.0.0.0``
+    and ``::`` left out), names as DNS SANs, the first name (else IP) as the common name —
+    with PyCA ``cryptography`` instead of kopf's ``certbuilder``: that one needs
+    ``oscrypto``, whose last release (1.3.0) cannot read the version of OpenSSL 3.0.10 and
+    later ("Error detecting the version of libcrypto"), the OpenSSL of Debian bookworm and
+    of the operator image."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    ips: dict[str, ipaddress.IPv4Address | ipaddress.IPv6Address] = {}
+    for name in hostnames:
+        with contextlib.suppress(ValueError):  # not an address: a name
+            ips[name] = ipaddress.ip_address(name)
+    names = list(dict.fromkeys(n for n in hostnames if n not in ips))
+    reachable = list(dict.fromkeys(ip for ip in ips.values() if not ip.is_unspecified))
+    if not names and not reachable:
+        raise ValueError(f"no host name or reachable address to certify in {list(hostnames)}")
+    common = names[0] if names else str(reachable[0])
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common)])
+    now = datetime.datetime.now(datetime.UTC)
+    sans: list[x509.GeneralName] = [x509.DNSName(n) for n in names]
+    sans += [x509.IPAddress(ip) for ip in reachable]
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))  # clocks a little apart
+        .not_valid_after(now + datetime.timedelta(days=SELF_SIGNED_DAYS))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                key_encipherment=False,
+                content_commitment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=True,
+                crl_sign=True,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(x509.SubjectAlternativeName(sans), critical=False)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    encryption: serialization.KeySerializationEncryption = (
+        serialization.BestAvailableEncryption(password.encode())
+        if password
+        else serialization.NoEncryption()
+    )
+    pem_key = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, encryption
+    )
+    return cert.public_bytes(serialization.Encoding.PEM), pem_key
+
+
+class WebhookServer(kopf.WebhookServer):
+    """kopf's HTTPS webhook server; without certificate files it makes its self-signed
+    certificate with :func:`self_signed_certificate`."""
+
+    @staticmethod
+    def build_certificate(
+        hostnames: Collection[str], password: str | None = None
+    ) -> tuple[bytes, bytes]:
+        return self_signed_certificate(hostnames, password)
+
+
+class CAInjectingServer(WebhookServer):
     """kopf's HTTPS webhook server that, each time it (re)starts with a certificate, sets
     that certificate's CA as ``caBundle`` of the chart's webhook configurations — what
     cert-manager's CA injector does on the cert-manager path."""
@@ -114,14 +244,18 @@ def webhook_server(cfg: OperatorConfig, kube: Kube) -> kopf.WebhookServer:
         kwargs["extra_sans"] = [cfg.admission_host.split(".")[0], cfg.admission_host]
     if cfg.admission_inject_ca:
         return CAInjectingServer(kube=kube, configuration=cfg.admission_inject_ca, **kwargs)
-    return kopf.WebhookServer(**kwargs)
+    return WebhookServer(**kwargs)
 
 
 Placer = Callable[..., Placement]
 
 
 async def place(
-    body: kopf.Body, memo: kopf.Memo, warnings: list[str], placer: Placer = place_jobset
+    body: kopf.Body,
+    memo: kopf.Memo,
+    warnings: list[str],
+    placer: Placer = place_jobset,
+    handler: str = "place",
 ) -> Placement | None:
     """The placement of an opted-in workload by ``placer`` (None: not opted in, or failed
     open). Raises :class:`kopf.AdmissionError` to deny, with the annotation or field to
@@ -132,7 +266,7 @@ async def place(
             return None
         return await asyncio.wait_for(_place(dict(body), memo, placer), cfg.admission_timeout_s)
     except (PlacementRefusedError, SpecError) as exc:
-        raise kopf.AdmissionError(f"shardmeter placement: {exc}", code=DENIED_CODE) from None
+        raise deny(f"shardmeter placement: {exc}", body, handler) from None
     except TimeoutError:
         reason = f"placement did not decide within {cfg.admission_timeout_s:g} s"
     except Exception as exc:  # an API outage, a bug: the configured policy
@@ -186,14 +320,65 @@ def _become(desired: dict[str, Any]) -> Callable[[Any], None]:
     return fn
 
 
-def check_annotations(body: kopf.Body) -> None:
+def check_annotations(body: kopf.Body, handler: str = "check") -> None:
     """The validating side: an opted-in workload's annotations parse (else denied, naming
     the annotation)."""
     try:
         if notes.opted_in(body.get("metadata", {}).get("annotations") or {}):
             notes.parse(body["metadata"].get("annotations") or {})
     except SpecError as exc:
-        raise kopf.AdmissionError(f"shardmeter placement: {exc}", code=DENIED_CODE) from None
+        raise deny(f"shardmeter placement: {exc}", body, handler) from None
+
+
+OWNED_PREFIX = "shardmeter.io/"
+"""Labels and annotations of this prefix on an admitted workload are its placement record:
+the request (the opt-in annotations), the decision and the links to its TrainingPlan."""
+
+
+def placement_changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+    """What an UPDATE of an admitted workload changes of its placement record: every
+    ``shardmeter.io/`` label and annotation (changed, added or removed) and, for a TrainJob,
+    its ``shardmeter.io/placement`` runtime patch (the pool's node selector and
+    tolerations). The placed spec itself is immutable by the workloads' own APIs (JobSet's
+    ``replicatedJobs``, TrainJob's ``trainer``)."""
+    out = []
+    for part in ("labels", "annotations"):
+        before = (old.get("metadata") or {}).get(part) or {}
+        after = (new.get("metadata") or {}).get(part) or {}
+        for key in sorted({*before, *after}):
+            if key.startswith(OWNED_PREFIX) and before.get(key) != after.get(key):
+                out.append(f"metadata.{part}[{key}]")
+
+    def ours(body: Mapping[str, Any]) -> list[Any]:
+        patches = (body.get("spec") or {}).get("runtimePatches") or []
+        return [p for p in patches if p.get("manager") == trainjobs.MANAGER]
+
+    if ours(old) != ours(new):
+        out.append(f"spec.runtimePatches[manager={trainjobs.MANAGER}]")
+    return out
+
+
+def check_update(old: Mapping[str, Any], new: kopf.Body, handler: str, warnings: list[str]) -> None:
+    """UPDATE of an admitted workload: its placement record may not change, or the
+    TrainingPlan recording it would describe another run (denied, naming what changed; to
+    place it again, delete and re-create it). A workload stored unplaced that opts in now
+    is allowed with a warning: placement happens on create only."""
+    admitted = ((old.get("metadata") or {}).get("labels") or {}).get(ADMITTED_LABEL) == "true"
+    if admitted:
+        changed = placement_changes(old, new)
+        if changed:
+            raise deny(
+                "shardmeter placement: the placement of an admitted workload is fixed "
+                f"(recorded by its TrainingPlan); cannot change {', '.join(changed)}: "
+                "delete and re-create the workload to place it again",
+                new,
+                handler,
+            )
+    elif notes.opted_in((new.get("metadata") or {}).get("annotations") or {}):
+        warnings.append(
+            "shardmeter: placement happens when a workload is created; this one was stored "
+            "unplaced and stays so: delete and re-create it to place it"
+        )
 
 
 def register(registry: kopf.OperatorRegistry, *, webhooks: bool) -> None:
@@ -219,6 +404,10 @@ def register(registry: kopf.OperatorRegistry, *, webhooks: bool) -> None:
     if not webhooks:
         return
 
+    kopf_objects = logging.getLogger("kopf.objects")
+    if _DENIALS_FILTER not in kopf_objects.filters:
+        kopf_objects.addFilter(_DENIALS_FILTER)
+
     @kopf.on.startup(registry=registry, id="admission-server")
     async def serve(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
         settings.admission.server = webhook_server(memo.config, memo.kube)
@@ -234,18 +423,30 @@ def register(registry: kopf.OperatorRegistry, *, webhooks: bool) -> None:
             memo: kopf.Memo,
             warnings: list[str],
             placer: Placer = placer,
+            kind: str = kind,
             **_: Any,
         ) -> None:
-            placement = await place(body, memo, warnings, placer)
+            placement = await place(body, memo, warnings, placer, f"place-{kind}")
             if placement is not None:
                 patch.fns.append(_become(placement.workload))
 
-        def validate(body: kopf.Body, **_: Any) -> None:
-            check_annotations(body)
+        async def validate(
+            body: kopf.Body,
+            warnings: list[str],
+            operation: str | None = None,
+            old: kopf.Body | None = None,
+            kind: str = kind,
+            **_: Any,
+        ) -> None:
+            # async: kopf runs it in the request's context, where deny() marks the denial
+            if operation == "UPDATE" and old is not None:
+                check_update(old, body, f"check-{kind}", warnings)
+            else:
+                check_annotations(body, f"check-{kind}")
 
         kopf.on.mutate(*resource, registry=registry, id=f"place-{kind}", operations=["CREATE"])(
             mutate
         )
-        kopf.on.validate(*resource, registry=registry, id=f"check-{kind}", operations=["CREATE"])(
-            validate
-        )
+        kopf.on.validate(
+            *resource, registry=registry, id=f"check-{kind}", operations=["CREATE", "UPDATE"]
+        )(validate)

@@ -6,13 +6,18 @@ creating annotated JobSets in an opted-in namespace and reading the mutated obje
 from __future__ import annotations
 
 import asyncio
+import base64
 import copy
 import json
+import logging
 import socket
+import ssl
 from pathlib import Path
 from typing import Any
 
 import pytest
+import structlog
+import structlog.testing
 
 from operator_support import apply, manifest, operator_cluster, status_of
 from shardmeter_operator.admission.placement import (
@@ -86,7 +91,7 @@ def webhook_configurations(
                 {
                     "apiGroups": [group],
                     "apiVersions": [version],
-                    "operations": ["CREATE"],
+                    "operations": ["CREATE"] if step == "place" else ["CREATE", "UPDATE"],
                     "resources": [f"{kind}s"],
                     "scope": "Namespaced",
                 }
@@ -294,7 +299,30 @@ async def test_what_cannot_run_is_denied_naming_the_annotation(tmp_path: Path) -
         assert cluster.list("trainingplans") == []
 
 
-async def test_out_of_time_fails_open_or_closed_as_configured(tmp_path: Path) -> None:
+async def test_a_denial_is_logged_at_info_with_its_reason_not_as_an_error(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A denial is an expected outcome: one INFO line with the handler, the object and the
+    reason; kopf's ERROR line for the AdmissionError ("failed permanently") is dropped."""
+    cm, port, ca = await placing_cluster(tmp_path)
+    async with cm as cluster:
+        await setup(cluster, port, ca)
+        caplog.clear()
+        with structlog.testing.capture_logs() as logs:
+            done = await create(cluster, jobset("bad", **{"shardmeter.io/total-tokens": "lots"}))
+        assert done.returncode != 0 and "shardmeter.io/total-tokens" in done.stderr
+        (denied,) = [e for e in logs if e["event"] == "admission denied"]
+        assert denied["log_level"] == "info"
+        assert (denied["handler"], denied["obj"]) == ("place-jobset", f"JobSet {NS}/bad")
+        assert "shardmeter.io/total-tokens" in denied["reason"]
+        assert not [r for r in caplog.records if r.levelno >= logging.ERROR], [
+            r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR
+        ]
+
+
+async def test_out_of_time_fails_open_or_closed_as_configured(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     for failure in ("closed", "open"):
         cm, port, ca = await placing_cluster(
             tmp_path / failure, admission_timeout_s=0.001, admission_failure=failure
@@ -306,6 +334,12 @@ async def test_out_of_time_fails_open_or_closed_as_configured(tmp_path: Path) ->
             if failure == "closed":
                 assert done.returncode != 0 and "did not decide within 0.001 s" in done.stderr
                 assert stored is None
+                # failing closed is the operator's failure, not a denial: still an ERROR
+                assert [
+                    r
+                    for r in caplog.records
+                    if r.levelno == logging.ERROR and "did not decide" in r.getMessage()
+                ]
             else:
                 assert done.returncode == 0, done.stderr
                 placing = admission.reviews[0]
@@ -396,3 +430,169 @@ async def test_a_trainjob_gets_a_runtime_patch_and_its_trainer_shape(tmp_path: P
         assert done.returncode != 0 and "shardmeter.io/max-islands" in done.stderr
         done = await create(cluster, trainjob("diloco", **{"shardmeter.io/strategy": "diloco"}))
         assert done.returncode != 0 and "shardmeter.io/strategy" in done.stderr
+
+
+async def test_the_self_signed_path_serves_a_certificate_the_api_server_verifies(
+    tmp_path: Path,
+) -> None:
+    """No certificate files (no cert-manager): the operator's kopf WebhookServer makes a
+    self-signed certificate, injects it as caBundle in the chart's webhook configurations,
+    and the API server verifies the webhook against that CA over HTTPS; another CA fails."""
+    from cryptography import x509
+
+    port = free_port()
+    cm = operator_cluster(
+        tmp_path, jobset=True, admission_port=port, admission_inject_ca="shardmeter"
+    )
+    async with cm as cluster:
+        admission = await setup(cluster, port, "")
+        kinds = ("mutatingwebhookconfigurations", "validatingwebhookconfigurations")
+
+        def bundles() -> set[str]:
+            return {
+                h["clientConfig"].get("caBundle", "")
+                for kind in kinds
+                for h in (cluster.get(kind, None, "shardmeter") or {}).get("webhooks", [{}])
+            }
+
+        (ca,) = await cluster.wait_for(lambda: (b := bundles()) and "" not in b and b)
+        cert = x509.load_pem_x509_certificate(base64.b64decode(ca))
+        sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        assert [str(ip) for ip in sans.get_values_for_type(x509.IPAddress)] == ["127.0.0.1"]
+        assert cert.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
+        # the certificate the server presents is that CA
+        served = await asyncio.to_thread(ssl.get_server_certificate, ("127.0.0.1", port))
+        assert x509.load_pem_x509_certificate(served.encode()) == cert
+
+        done = await create(cluster, jobset("llama"))
+        assert done.returncode == 0, done.stderr
+        stored = cluster.get("jobsets", NS, "llama")
+        assert stored is not None and stored["metadata"]["annotations"][PLACED_ANNOTATION]
+        assert [r.webhook for r in admission.reviews] == [
+            "place-jobset.shardmeter.io",
+            "check-jobset.shardmeter.io",
+        ]
+
+        # verification is real: with another CA in the configuration the call fails (Fail)
+        other, _ = self_signed_certificate(tmp_path / "other", ["127.0.0.1"])
+        for kind in kinds:
+            config = cluster.get(kind, None, "shardmeter")
+            assert config is not None
+            for hook in config["webhooks"]:
+                hook["clientConfig"]["caBundle"] = ca_bundle(other)
+            await cluster.kubectl("replace", "-f", "-", input=json.dumps(config))
+        done = await create(cluster, jobset("unverified"))
+        assert done.returncode != 0 and "failed calling webhook" in done.stderr
+        assert "certificate verify failed" in admission.reviews[-1].error
+        assert cluster.get("jobsets", NS, "unverified") is None
+
+
+async def test_the_self_signed_certificate_names_the_service_and_loads_with_its_password(
+    tmp_path: Path,
+) -> None:
+    """What the chart's self-signed path asks for (``--admission-host``, the Service's DNS
+    name, plus its short name; kopf adds the listening address, 0.0.0.0, never certified)."""
+    from cryptography import x509
+
+    from shardmeter_operator.admission.webhook import self_signed_certificate as build
+
+    host = "sm-shardmeter-webhook.shardmeter-system.svc"
+    cert_pem, key_pem = build([host, "0.0.0.0", "sm-shardmeter-webhook", host], "secret")
+    cert = x509.load_pem_x509_certificate(cert_pem)
+    sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert sans.get_values_for_type(x509.DNSName) == [host, "sm-shardmeter-webhook"]
+    assert sans.get_values_for_type(x509.IPAddress) == []
+    assert cert.subject.rfc4514_string() == f"CN={host}"
+    assert b"ENCRYPTED PRIVATE KEY" in key_pem
+    (tmp_path / "c.pem").write_bytes(cert_pem)
+    (tmp_path / "k.pem").write_bytes(key_pem)
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(tmp_path / "c.pem", tmp_path / "k.pem", "secret")
+    with pytest.raises(ssl.SSLError):
+        context.load_cert_chain(tmp_path / "c.pem", tmp_path / "k.pem", "wrong")
+    with pytest.raises(ValueError, match="no host name"):
+        build(["0.0.0.0"])
+
+
+async def review_update(
+    admission: Admission, cluster: EmulatedCluster, old: dict[str, Any], new: dict[str, Any]
+) -> dict[str, Any]:
+    """The validating webhook's answer to an UPDATE, sent as kube-apiserver sends it (the
+    emulated admission calls webhooks on creates only)."""
+    config = cluster.get("validatingwebhookconfigurations", None, "shardmeter")
+    assert config is not None
+    (hook,) = [h for h in config["webhooks"] if h["name"] == "check-jobset.shardmeter.io"]
+    assert "UPDATE" in hook["rules"][0]["operations"]
+    meta = new["metadata"]
+    group = {"group": "jobset.x-k8s.io", "version": "v1alpha2"}
+    request = {
+        "uid": f"update-{meta['name']}-{len(admission.reviews)}",
+        "kind": {**group, "kind": "JobSet"},
+        "resource": {**group, "resource": "jobsets"},
+        "requestKind": {**group, "kind": "JobSet"},
+        "requestResource": {**group, "resource": "jobsets"},
+        "name": meta["name"],
+        "namespace": meta["namespace"],
+        "operation": "UPDATE",
+        "userInfo": {"username": "kubernetes-admin", "groups": ["system:masters"]},
+        "object": new,
+        "oldObject": old,
+        "dryRun": False,
+        "options": {"apiVersion": "meta.k8s.io/v1", "kind": "UpdateOptions"},
+    }
+    return await admission._post(hook, request)
+
+
+async def test_an_admitted_workloads_placement_cannot_change_on_update(tmp_path: Path) -> None:
+    """UPDATE: the placement record of an admitted JobSet (its shardmeter.io labels and
+    annotations) is fixed — changing, adding or removing one is denied naming it; other
+    edits pass; a JobSet stored unplaced that opts in later is allowed with a warning."""
+    cm, port, ca = await placing_cluster(tmp_path)
+    async with cm as cluster:
+        admission = await setup(cluster, port, ca)
+        done = await create(cluster, jobset("llama"))
+        assert done.returncode == 0, done.stderr
+        stored = cluster.get("jobsets", NS, "llama")
+        assert stored is not None and stored["metadata"]["labels"][ADMITTED_LABEL] == "true"
+
+        def edited(**changes: str | None) -> dict[str, Any]:
+            new = copy.deepcopy(stored)
+            for key, value in changes.items():
+                part, _, name = key.partition(":")
+                values = new["metadata"].setdefault(part, {})
+                if value is None:
+                    values.pop(name, None)
+                else:
+                    values[name] = value
+            return new
+
+        refused = {
+            "annotations:shardmeter.io/total-tokens": "1e12",  # the request
+            "annotations:shardmeter.io/placed": "1×1×8 H200",  # the decision
+            "annotations:shardmeter.io/pools": "cluster-b",  # a request key not given before
+            "annotations:shardmeter.io/placement": None,  # opting out after admission
+            f"labels:{PLAN_LABEL}": "another-plan",
+        }
+        for key, value in refused.items():
+            answer = await review_update(admission, cluster, stored, edited(**{key: value}))
+            assert answer["allowed"] is False, key
+            message = answer["status"]["message"]
+            part, _, name = key.partition(":")
+            assert f"metadata.{part}[{name}]" in message, message
+            assert "delete and re-create" in message
+        answer = await review_update(
+            admission, cluster, stored, edited(**{"labels:team": "vision", "annotations:x": "y"})
+        )
+        assert answer["allowed"] is True and not answer.get("warnings")
+
+        # stored unplaced (outside an opted-in namespace at the time), opted in by an update
+        plain = jobset("plain", **{"shardmeter.io/placement": "off"})
+        done = await create(cluster, plain)
+        assert done.returncode == 0, done.stderr
+        before = cluster.get("jobsets", NS, "plain")
+        assert before is not None and ADMITTED_LABEL not in before["metadata"]["labels"]
+        after = copy.deepcopy(before)
+        after["metadata"]["annotations"]["shardmeter.io/placement"] = "auto"
+        answer = await review_update(admission, cluster, before, after)
+        assert answer["allowed"] is True
+        assert "placement happens when a workload is created" in " ".join(answer["warnings"])
