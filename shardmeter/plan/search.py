@@ -16,7 +16,14 @@ from dataclasses import dataclass, field
 
 from shardmeter.cost.coefficients import CoefficientsDocument
 from shardmeter.errors import InfeasibleError
-from shardmeter.plan.bnb import Goal, PassStats, ProgressCallback, TreeSearch
+from shardmeter.plan.bnb import (
+    Enumeration,
+    Goal,
+    PassStats,
+    ProgressCallback,
+    TreeSearch,
+    space_digest,
+)
 from shardmeter.plan.configs import (
     MAX_CELLS,
     MICRO_BATCH_BUDGET,
@@ -28,9 +35,10 @@ from shardmeter.plan.frontier import pareto_frontier, select
 from shardmeter.plan.infeasible import no_option_reason, no_plan_reason
 from shardmeter.plan.options import (
     OptionTable,
+    PoolBuilder,
     PoolContext,
     ShapeCache,
-    build_pool_context,
+    SpaceStore,
     max_islands,
     option_table,
     pool_options,
@@ -55,6 +63,9 @@ class SearchStats:
     """When not proven: (value − proven lower bound) / value of the objective's figure."""
     passes: list[PassStats] = field(default_factory=list)
     layouts_estimate: int = 0
+    shapes_left: int = 0
+    """Candidate island shapes the time limit left unsimulated (their layouts unsearched:
+    then ``proven`` is False and ``gap`` None)."""
 
 
 @dataclass
@@ -90,9 +101,34 @@ def layouts_estimate(spec: PlanSpec, table: OptionTable, n_pools: int) -> int:
     return total
 
 
+@dataclass
+class SpaceBuild:
+    """The search space: what the search runs over."""
+
+    grid: BatchGrid
+    contexts: list[PoolContext]
+    table: OptionTable
+    shapes_left: int = 0
+    """Candidate island shapes a deadline left untried (0: the whole space was built)."""
+    seconds: float = 0.0
+
+    @property
+    def complete(self) -> bool:
+        return self.shapes_left == 0
+
+
 def build_space(
-    spec: PlanSpec, coefficients: dict[str, CoefficientsDocument | None]
-) -> tuple[BatchGrid, list[PoolContext], OptionTable]:
+    spec: PlanSpec,
+    coefficients: dict[str, CoefficientsDocument | None],
+    store: SpaceStore | None = None,
+    deadline: float = math.inf,
+) -> SpaceBuild:
+    """Every pool's island shapes and options. ``store`` keeps shape tables across requests;
+    ``deadline`` (time.monotonic()) stops the build between two shapes: the pools take
+    turns, one shape each, in their order of promise (`PoolBuilder`), and what was built is
+    the space (``shapes_left`` says how much was not). Each pool builds at least up to its
+    first shape that runs, past the deadline if need be (a few shapes)."""
+    started = time.perf_counter()
     grid = BatchGrid.of(spec)
     pools = spec.usable_pools()
     if not pools:
@@ -104,16 +140,40 @@ def build_space(
     problem = settings_problem(spec.strategy, spec.model.num_layers)
     if problem is not None:  # no island or link makes these settings legal
         raise InfeasibleError(f"no feasible plan: {problem}", problem.field)
-    cache = ShapeCache(spec, grid)
-    contexts = [
-        build_pool_context(spec, pool, i, coefficients.get(pool.name), cache)
+    cache = ShapeCache(spec, grid, store)
+    builders = [
+        PoolBuilder(spec, pool, i, coefficients.get(pool.name), cache)
         for i, pool in enumerate(pools)
     ]
+    active = [b for b in builders if not b.done]
+    while active:
+        # past the deadline a pool still gets to its first shape that runs (its utilisation
+        # needs it, and so a plan exists): a few shapes at most
+        for b in active:
+            if b.first_built and time.monotonic() > deadline:
+                continue
+            b.step()
+        active = [b for b in active if not b.done]
+        if time.monotonic() > deadline:
+            active = [b for b in active if not b.first_built]
+    contexts = [b.context() for b in builders]
+    shapes_left = sum(b.shapes_left for b in builders)
     options = [o for ctx in contexts for o in pool_options(spec, ctx, grid)]
     table = option_table(contexts, options)
     if not options:
+        if shapes_left:
+            raise InfeasibleError(
+                f"no island shape built within the time limit ({shapes_left:,} not tried); "
+                "raise --time-limit",
+                "time limit",
+            )
         raise InfeasibleError(no_option_reason(spec, contexts, grid), "pools")
-    return grid, contexts, table
+    return SpaceBuild(grid, contexts, table, shapes_left, time.perf_counter() - started)
+
+
+BUILD_SHARE = 0.5
+"""Of a time limit, the share building the search space may take at most (the search over
+what was built, and the report, take the rest)."""
 
 
 def _passes(tree: TreeSearch, spec: PlanSpec) -> tuple[bool, float | None]:
@@ -149,6 +209,23 @@ def _passes(tree: TreeSearch, spec: PlanSpec) -> tuple[bool, float | None]:
     return p.completed, None if p.completed else _gap(p)
 
 
+def _every_layout(tree: TreeSearch, store: SpaceStore | None) -> PassStats:
+    """The ``all`` pass; with a store, a space enumerated before (the same options, step
+    tables and caps: `space_digest`) is scored from its `Enumeration` instead of walked."""
+    if store is None:
+        return tree.run(Goal("all"), "every layout")
+    key = ("layouts", space_digest(tree))
+    found, e = store.get(key)
+    if found and isinstance(e, Enumeration):
+        return tree.replay(e, "every layout")
+    tree.recording = []
+    p = tree.run(Goal("all"), "every layout")
+    e = tree.enumeration()
+    tree.recording = None
+    store.put(key, e, e.weight)
+    return p
+
+
 def _gap(p: PassStats) -> float | None:
     if not math.isfinite(p.best) or p.best <= 0:
         return None
@@ -161,13 +238,17 @@ def search(
     progress: ProgressCallback | None = None,
     force_mode: str | None = None,
     time_limit_s: float | None = None,
+    store: SpaceStore | None = None,
 ) -> SearchOutput:
-    """Build the search space, search it (see the module docstring), pick the plan."""
+    """Build the search space, search it (see the module docstring), pick the plan.
+    ``store`` keeps shape tables across calls (`SpaceStore`; the results are the same)."""
     started = time.perf_counter()
-    deadline = math.inf if time_limit_s is None else time.monotonic() + time_limit_s
+    now = time.monotonic()
+    deadline = math.inf if time_limit_s is None else now + time_limit_s
+    build_deadline = math.inf if time_limit_s is None else now + BUILD_SHARE * time_limit_s
     coefficients = coefficients or {}
-    grid, contexts, table = build_space(spec, coefficients)
-    built_s = time.perf_counter() - started
+    space = build_space(spec, coefficients, store, build_deadline)
+    grid, contexts, table = space.grid, space.contexts, space.table
     evaluator = Evaluator(spec, contexts, table, grid)
     estimate = layouts_estimate(spec, table, len(contexts))
     mode = force_mode or ("exhaustive" if estimate <= EXHAUSTIVE_LIMIT else "objective")
@@ -188,7 +269,7 @@ def search(
                 "frontier shown covers only the plans branch and bound scored"
             )
     elif mode == "exhaustive":
-        p = tree.run(Goal("all"), "every layout")
+        p = _every_layout(tree, store)
         proven, gap = p.completed, None
     elif mode == "frontier":
         p = tree.run(Goal("frontier"), "Pareto frontier")
@@ -214,7 +295,7 @@ def search(
                 "(gridCarbonIntensityGPerKwh)",
                 "objective.co2BudgetKg",
             )
-        if not proven:
+        if not proven or not space.complete:
             raise InfeasibleError(
                 f"no feasible plan found within the time limit of {time_limit_s:g} s; "
                 "raise --time-limit",
@@ -222,13 +303,24 @@ def search(
             )
         raise InfeasibleError(no_plan_reason(spec, contexts, table, evaluator), "constraints")
     chosen, fastest = select(evaluated, spec)
-    if time_limit_s is not None and built_s > time_limit_s:
+    if not space.complete:
+        # the layouts of untried shapes were never bounded: no gap is proven over them
+        built_gap = gap
+        proven, gap = False, None
         notes.append(
-            f"building the search space (every island shape simulated once) took {built_s:.2f} s, "
-            f"more than the {time_limit_s:.2f} s the time limit left: it cannot be interrupted, "
-            "the search stopped right after it"
+            f"time limit reached while building the search space: {space.shapes_left:,} "
+            "candidate island shapes were not simulated and their layouts not searched; the "
+            "plan shown is the best over the shapes built"
+            + (
+                " (the optimum over those)"
+                if built_gap is None and tree.passes and tree.passes[-1].completed
+                else f", within {built_gap:.2%} of the bound proven over those"
+                if built_gap is not None
+                else ""
+            )
+            + ", with no gap proven over the rest"
         )
-    if not proven:
+    elif not proven:
         notes.append(
             "time limit reached: the plan shown is the best found"
             + (f", within {gap:.2%} of the proven bound" if gap is not None else "")
@@ -244,6 +336,7 @@ def search(
         gap,
         list(tree.passes),
         estimate,
+        space.shapes_left,
     )
     return SearchOutput(
         spec, contexts, table, evaluator, evaluated, frontier, chosen, fastest, stats, notes
@@ -282,4 +375,13 @@ def _exactness_notes(grid: BatchGrid, contexts: list[PoolContext]) -> list[str]:
     return notes
 
 
-__all__ = ["EXHAUSTIVE_LIMIT", "SearchOutput", "SearchStats", "max_islands", "search"]
+__all__ = [
+    "EXHAUSTIVE_LIMIT",
+    "SearchOutput",
+    "SearchStats",
+    "SpaceBuild",
+    "SpaceStore",
+    "build_space",
+    "max_islands",
+    "search",
+]
