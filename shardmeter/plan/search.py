@@ -117,58 +117,83 @@ class SpaceBuild:
         return self.shapes_left == 0
 
 
+class SpaceBuilder:
+    """Builds the search space, resumably: `grow` builds shapes until a deadline (the pools
+    take turns, one shape each, in their order of promise: `PoolBuilder`), `space` is what
+    was built so far, and a later `grow` goes on from there. Each pool builds at least up to
+    its first shape that runs, past the deadline if need be (a few shapes)."""
+
+    def __init__(
+        self,
+        spec: PlanSpec,
+        coefficients: dict[str, CoefficientsDocument | None],
+        store: SpaceStore | None = None,
+    ) -> None:
+        self.spec = spec
+        self.grid = BatchGrid.of(spec)
+        pools = spec.usable_pools()
+        if not pools:
+            raise InfeasibleError(
+                "no pool is allowed: constraints.allowedPools is empty — name at least one of "
+                + ", ".join(p.name for p in spec.pools),
+                "constraints.allowedPools",
+            )
+        problem = settings_problem(spec.strategy, spec.model.num_layers)
+        if problem is not None:  # no island or link makes these settings legal
+            raise InfeasibleError(f"no feasible plan: {problem}", problem.field)
+        cache = ShapeCache(spec, self.grid, store)
+        self.builders = [
+            PoolBuilder(spec, pool, i, coefficients.get(pool.name), cache)
+            for i, pool in enumerate(pools)
+        ]
+        self.seconds = 0.0
+
+    @property
+    def shapes_left(self) -> int:
+        return sum(b.shapes_left for b in self.builders)
+
+    def grow(self, deadline: float = math.inf) -> None:
+        started = time.perf_counter()
+        active = [b for b in self.builders if not b.done]
+        while active:
+            for b in active:
+                if b.first_built and time.monotonic() > deadline:
+                    continue
+                b.step()
+            active = [b for b in active if not b.done]
+            if time.monotonic() > deadline:
+                active = [b for b in active if not b.first_built]
+        self.seconds += time.perf_counter() - started
+
+    def space(self) -> SpaceBuild:
+        spec, grid = self.spec, self.grid
+        contexts = [b.context() for b in self.builders]
+        shapes_left = self.shapes_left
+        options = [o for ctx in contexts for o in pool_options(spec, ctx, grid)]
+        table = option_table(contexts, options)
+        if not options:
+            if shapes_left:
+                raise InfeasibleError(
+                    f"no island shape built within the time limit ({shapes_left:,} not "
+                    "tried); raise --time-limit",
+                    "time limit",
+                )
+            raise InfeasibleError(no_option_reason(spec, contexts, grid), "pools")
+        return SpaceBuild(grid, contexts, table, shapes_left, self.seconds)
+
+
 def build_space(
     spec: PlanSpec,
     coefficients: dict[str, CoefficientsDocument | None],
     store: SpaceStore | None = None,
     deadline: float = math.inf,
 ) -> SpaceBuild:
-    """Every pool's island shapes and options. ``store`` keeps shape tables across requests;
-    ``deadline`` (time.monotonic()) stops the build between two shapes: the pools take
-    turns, one shape each, in their order of promise (`PoolBuilder`), and what was built is
-    the space (``shapes_left`` says how much was not). Each pool builds at least up to its
-    first shape that runs, past the deadline if need be (a few shapes)."""
-    started = time.perf_counter()
-    grid = BatchGrid.of(spec)
-    pools = spec.usable_pools()
-    if not pools:
-        raise InfeasibleError(
-            "no pool is allowed: constraints.allowedPools is empty — name at least one of "
-            + ", ".join(p.name for p in spec.pools),
-            "constraints.allowedPools",
-        )
-    problem = settings_problem(spec.strategy, spec.model.num_layers)
-    if problem is not None:  # no island or link makes these settings legal
-        raise InfeasibleError(f"no feasible plan: {problem}", problem.field)
-    cache = ShapeCache(spec, grid, store)
-    builders = [
-        PoolBuilder(spec, pool, i, coefficients.get(pool.name), cache)
-        for i, pool in enumerate(pools)
-    ]
-    active = [b for b in builders if not b.done]
-    while active:
-        # past the deadline a pool still gets to its first shape that runs (its utilisation
-        # needs it, and so a plan exists): a few shapes at most
-        for b in active:
-            if b.first_built and time.monotonic() > deadline:
-                continue
-            b.step()
-        active = [b for b in active if not b.done]
-        if time.monotonic() > deadline:
-            active = [b for b in active if not b.first_built]
-    contexts = [b.context() for b in builders]
-    shapes_left = sum(b.shapes_left for b in builders)
-    options = [o for ctx in contexts for o in pool_options(spec, ctx, grid)]
-    table = option_table(contexts, options)
-    if not options:
-        if shapes_left:
-            raise InfeasibleError(
-                f"no island shape built within the time limit ({shapes_left:,} not tried); "
-                "raise --time-limit",
-                "time limit",
-            )
-        raise InfeasibleError(no_option_reason(spec, contexts, grid), "pools")
-    return SpaceBuild(grid, contexts, table, shapes_left, time.perf_counter() - started)
+    """Every pool's island shapes and options (`SpaceBuilder`, built until ``deadline``,
+    time.monotonic(); ``shapes_left`` says how much was not). ``store`` keeps shape tables
+    across requests."""
+    builder = SpaceBuilder(spec, coefficients, store)
+    builder.grow(deadline)
+    return builder.space()
 
 
 BUILD_SHARE = 0.5
@@ -241,13 +266,74 @@ def search(
     store: SpaceStore | None = None,
 ) -> SearchOutput:
     """Build the search space, search it (see the module docstring), pick the plan.
-    ``store`` keeps shape tables across calls (`SpaceStore`; the results are the same)."""
+    ``store`` keeps shape tables across calls (`SpaceStore`; the results are the same).
+
+    With ``time_limit_s`` the build gets `BUILD_SHARE` of it, then the search runs over what
+    was built. A search that finishes early over a partial space lets the build go on (again
+    for that share of the time left) and searches the larger space, while the time left is
+    ample for it (`ROUND_MARGIN`); a round whose search the deadline cuts is kept only when
+    no earlier round finished its search."""
     started = time.perf_counter()
     now = time.monotonic()
-    deadline = math.inf if time_limit_s is None else now + time_limit_s
-    build_deadline = math.inf if time_limit_s is None else now + BUILD_SHARE * time_limit_s
-    coefficients = coefficients or {}
-    space = build_space(spec, coefficients, store, build_deadline)
+    builder = SpaceBuilder(spec, coefficients or {}, store)
+    if time_limit_s is None:
+        builder.grow()
+        space = builder.space()
+        return _search_space(spec, space, progress, force_mode, None, math.inf, store, started)
+    deadline = now + time_limit_s
+    build_until = now + BUILD_SHARE * time_limit_s
+    finished: SearchOutput | None = None
+    while True:
+        builder.grow(build_until)
+        space = builder.space()
+        began = time.monotonic()
+        try:
+            out = _search_space(
+                spec, space, progress, force_mode, time_limit_s, deadline, store, started
+            )
+        except NothingFoundYetError:
+            left = deadline - time.monotonic()
+            if finished is not None:
+                finished.stats.seconds = time.perf_counter() - started
+                return finished
+            if left <= 0:
+                raise
+            build_until = time.monotonic() + BUILD_SHARE * left
+            continue
+        searched_s = time.monotonic() - began
+        if not all(p.completed for p in out.stats.passes):
+            if finished is None:
+                return out
+            finished.stats.seconds = time.perf_counter() - started
+            return finished
+        left = deadline - time.monotonic()
+        if space.complete or left < ROUND_MARGIN * searched_s:
+            return out
+        finished = out
+        build_until = time.monotonic() + BUILD_SHARE * left
+
+
+class NothingFoundYetError(InfeasibleError):
+    """No plan over the part of the space built so far (the rest may hold some)."""
+
+
+ROUND_MARGIN = 4.0
+"""Another round of building and searching starts only while the time left is at least this
+many times what the last round's search took (the next space is larger)."""
+
+
+def _search_space(
+    spec: PlanSpec,
+    space: SpaceBuild,
+    progress: ProgressCallback | None,
+    force_mode: str | None,
+    time_limit_s: float | None,
+    deadline: float,
+    store: SpaceStore | None,
+    started: float,
+) -> SearchOutput:
+    """Search ``space`` until ``deadline`` (time.monotonic(); the request's ``time_limit_s``
+    ends then) and pick the plan."""
     grid, contexts, table = space.grid, space.contexts, space.table
     evaluator = Evaluator(spec, contexts, table, grid)
     estimate = layouts_estimate(spec, table, len(contexts))
@@ -285,6 +371,13 @@ def search(
         raise ValueError(f"unknown search mode {force_mode!r}")
     evaluated = tree.evaluated()
     frontier = pareto_frontier(evaluated) if len(evaluated) else Evaluation.empty(len(contexts))
+    if len(frontier) == 0 and not space.complete:
+        # the shapes not built may hold plans (within any budget): none found yet
+        raise NothingFoundYetError(
+            f"no feasible plan found within the time limit of {time_limit_s:g} s "
+            f"({space.shapes_left:,} candidate island shapes not simulated); raise --time-limit",
+            "time limit",
+        )
     if len(frontier) == 0:
         budget = spec.objective.co2_budget_kg
         least = evaluator.least_co2_over_budget_kg
@@ -295,7 +388,7 @@ def search(
                 "(gridCarbonIntensityGPerKwh)",
                 "objective.co2BudgetKg",
             )
-        if not proven or not space.complete:
+        if not proven:
             raise InfeasibleError(
                 f"no feasible plan found within the time limit of {time_limit_s:g} s; "
                 "raise --time-limit",
