@@ -8,8 +8,10 @@ process, as in the operator tests; the API server calls the webhook as kube-apis
 (``tests/support/admission.py``). Figures: the mutating review per admission, the whole
 create (both webhooks, the create itself), and the pure decision
 (:func:`shardmeter_operator.admission.placement.place_jobset`) without the API around it —
-for requests the operator has not planned before (``cold``: the total tokens differ) and for
-a request placed again (``repeated``: the search is remembered by request). The first
+for requests the operator has not planned before (``cold``: the total tokens differ; the
+search space — shape tables, the exhaustive pass's layouts — is kept across requests,
+`shardmeter.plan.options.SpaceStore`, so only the layouts are scored again) and for a request
+placed again (``repeated``: the search is remembered by request). The first
 admissions after start (imports, first tables) are a warmup and not counted.
 
     .venv/bin/python benchmarks/bench_admission.py [--admissions 40] [--warmup 3]

@@ -12,9 +12,11 @@ from typing import Any
 
 import pytest
 import yaml
+from test_plan_timelimit import BuildClock
 
 from shardmeter.cli.main import main
 from shardmeter.output import plan_plots
+from shardmeter.plan import search as search_module
 from shardmeter.plan.result import PlanSummary, build_result, top_indices
 from shardmeter.plan.schema import load_plan
 from shardmeter.plan.search import search
@@ -143,8 +145,9 @@ def test_paper_figure_and_diloco_lines_only_where_they_mean_something(
 
 
 def test_time_limit_gives_a_proven_gap_never_an_exact_frontier(
-    capsys: pytest.CaptureFixture[str],
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(search_module, "time", BuildClock)  # the space built, the search cut
     assert main(["plan", str(CASE), "--progress", "none", "--time-limit", "0.001"]) == 0
     search_line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("search:"))
     assert "exact frontier" not in search_line and "proven gap ≤" in search_line
@@ -156,6 +159,12 @@ def test_a_limit_shorter_than_building_the_space_says_so(
 ) -> None:
     assert main(["plan", str(CASE), "--json", "--progress", "none", "--time-limit", "0.001"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert data["search"]["proven_optimal"] is False and 0 <= data["search"]["gap"] < 1
-    assert any(n.startswith("building the search space") for n in data["notes"])
+    assert data["search"]["proven_optimal"] is False and data["search"]["gap"] is None
+    assert data["search"]["shapes_not_simulated"] > 0
+    assert any(
+        n.startswith("time limit reached while building the search space") for n in data["notes"]
+    )
+    assert main(["plan", str(CASE), "--progress", "none", "--time-limit", "0.001"]) == 0
+    search_line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("search:"))
+    assert "candidate shapes not simulated (no gap proven)" in search_line
     assert data["files"] == {}

@@ -148,7 +148,8 @@ def test_time_limit_flag_reports_the_gap(
     data = json.loads(capsys.readouterr().out)
     assert data["search"]["mode"] == "objective"
     assert data["search"]["proven_optimal"] is False
-    assert 0 <= data["search"]["gap"] < 1
+    # a microsecond ends the build: no gap is claimed over the shapes never simulated
+    assert data["search"]["gap"] is None and data["search"]["shapes_not_simulated"] > 0
     assert data["runtime"] == "torchtitan-ft"
     assert main(["plan", str(f), "--no-files", "--time-limit", "0"]) == 2
     assert (

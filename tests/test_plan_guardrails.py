@@ -287,7 +287,7 @@ def test_vectorised_settings_equal_the_scalar_rule(
     raw["strategy"]["maxSyncEvery"] = max_h
     raw["strategy"]["fragments"] = fragments
     spec = PlanSpec.model_validate(raw)
-    _, ctxs, _ = build_space(spec, {})
+    ctxs = build_space(spec, {}).contexts
     model = OuterModel(spec, ctxs)
     rng = np.random.default_rng(max_h)
     for _ in range(40):

@@ -101,8 +101,9 @@ def add_parser(sub: Any) -> None:
         metavar="S",
         help="stop after S seconds (> 0, ≤ a week), counted from reading the plan file and "
         "including building the search space, with the best plan found and its proven gap; "
-        "a limit shorter than building the space (each island shape simulated once, about a "
-        "second for the case study) stops right after it (default: search to the end)",
+        "building the space (each island shape simulated once, about a second for the case "
+        "study) takes at most half of it, and a plan found over part of the space claims no "
+        "gap (default: search to the end)",
     )
     p.add_argument(
         "--progress",

@@ -60,6 +60,7 @@ def result_dict(
             "frontier_size": stats.frontier_size,
             "proven_optimal": stats.proven,
             "gap": stats.gap,
+            "shapes_not_simulated": stats.shapes_left,
             "passes": [
                 {
                     "goal": p.goal.minimise,

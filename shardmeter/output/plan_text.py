@@ -114,7 +114,12 @@ def search_line(result: PlanResult) -> str:
         verdict = "Pareto frontier by branch and bound" + (" (exact)" if s.proven else "")
     else:
         verdict = "branch and bound"
-    if s.proven:
+    if s.shapes_left:
+        proof = (
+            "time limit reached while building the search space: best found over the island "
+            f"shapes built, {s.shapes_left:,} candidate shapes not simulated (no gap proven)"
+        )
+    elif s.proven:
         proof = "optimum exact" if s.mode == "exhaustive" else "optimum proven"
     elif s.gap is not None and math.isfinite(s.gap):
         proof = f"time limit reached: best found, proven gap ≤ {fmt.percent(s.gap)}"

@@ -22,6 +22,7 @@ gives the proven gap of the best plan found.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import time
 from collections.abc import Callable
@@ -47,6 +48,7 @@ IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
 CHILD_CHUNK = 512
+REPLAY_CHUNK = 1 << 16
 
 
 @dataclass
@@ -91,6 +93,36 @@ class Frame:
     index: int = 0
 
 
+@dataclass(frozen=True)
+class Enumeration:
+    """Every layout of a search space that meets the batch, with its inner step, in the order
+    the ``all`` pass scores them, and that pass's counts. It depends on the options' pools,
+    islands, GPUs and step tables, the batch grid and the caps only (`space_digest`) — not on
+    prices, total tokens or the objective — so another request over the same space scores
+    these rows instead of walking the tree (`TreeSearch.replay`)."""
+
+    choice: IntArray
+    step_s: FloatArray
+    scored: int
+    expanded: int
+
+    @property
+    def weight(self) -> int:
+        return int(self.choice.size + self.step_s.size)
+
+
+def space_digest(tree: TreeSearch) -> str:
+    """Identifies everything the ``all`` pass's enumeration depends on (`Enumeration`)."""
+    ev = tree.evaluator
+    t = ev.table
+    h = hashlib.sha256()
+    head = (ev.n_pools, ev.grid.lo, ev.grid.hi, ev.equal, tree.kmax, tree.gmax, t.steps.shape)
+    h.update(repr(head).encode())
+    for a in (t.pool, t.islands, t.gpus, t.row, t.min_cell, t.steps):
+        h.update(np.ascontiguousarray(a).tobytes())
+    return h.hexdigest()
+
+
 @dataclass
 class PassStats:
     goal: Goal
@@ -112,6 +144,9 @@ class TreeSearch:
     frontier: Evaluation | None = None
     scored: int = 0
     passes: list[PassStats] = field(default_factory=list)
+    recording: list[tuple[IntArray, FloatArray]] | None = None
+    """When a list: every layout that meets the batch, as scored (choice rows, inner step),
+    in the order scored (`Enumeration`)."""
 
     def __post_init__(self) -> None:
         ev = self.evaluator
@@ -181,6 +216,39 @@ class TreeSearch:
         stats = PassStats(goal, completed, self.best, bound, self.expanded)
         self.passes.append(stats)
         self._report(stack, force=True, bound=bound)
+        return stats
+
+    def enumeration(self) -> Enumeration:
+        """What the ``all`` pass just run enumerated (``recording`` must have been set)."""
+        assert self.recording is not None and len(self.passes) == 1
+        choice = (
+            np.concatenate([c for c, _ in self.recording])
+            if self.recording
+            else np.zeros((0, self.n_pools), dtype=np.int64)
+        )
+        step = np.concatenate([s for _, s in self.recording]) if self.recording else np.zeros(0)
+        choice.flags.writeable = False
+        step.flags.writeable = False
+        return Enumeration(choice, step, self.scored, self.passes[-1].expanded)
+
+    def replay(self, e: Enumeration, phase: str = "") -> PassStats:
+        """The ``all`` pass over a space an earlier pass enumerated (`Enumeration`): the
+        layouts and their inner steps as that pass found them, scored for this request.
+        Scoring is row by row (`Evaluator.score`), so it is the same in one call as in the
+        pass's many."""
+        self.goal = Goal("all")
+        self.phase = phase or "all"
+        self.best = self.best_second = math.inf
+        for a in range(0, len(e.step_s), REPLAY_CHUNK):
+            self._record(
+                self.evaluator.score(e.choice[a : a + REPLAY_CHUNK], e.step_s[a : a + REPLAY_CHUNK])
+            )
+        self.scored += e.scored
+        self.expanded += e.expanded
+        self.done_weight = 1.0
+        stats = PassStats(self.goal, True, self.best, self.best, self.expanded)
+        self.passes.append(stats)
+        self._report([], force=True, bound=self.best)
         return stats
 
     def _weighted_grid(self) -> None:
@@ -334,6 +402,8 @@ class TreeSearch:
         if len(meets):
             choice = np.repeat(node.choice[None, :], len(meets), axis=0)
             choice[np.arange(len(meets)), t.pool[opts[meets]]] = opts[meets]
+            if self.recording is not None:
+                self.recording.append((choice, step_s[meets]))
             self._record(ev.score(choice, step_s[meets]))
 
     def _record(self, ev: Evaluation) -> None:

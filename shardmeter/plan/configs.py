@@ -177,6 +177,14 @@ class ShapeTable:
     """True when micro-batches were sampled (more than `MICRO_BATCH_BUDGET` candidates)."""
     models: dict[tuple[int, int], IslandStepModel] = field(repr=False, default_factory=dict)
     """(variant, micro-batch) → the step model (kept for simulating the chosen plan)."""
+    _utilisation: float | None = field(default=None, repr=False, compare=False)
+
+    def freeze(self) -> None:
+        """Make the arrays read-only: a table may be shared by pools and requests
+        (`shardmeter.plan.options.SpaceStore`)."""
+        for a in (self.step_s, self.micro_batch, self.accumulation, self.variant):
+            a.flags.writeable = False
+        self.outer_step_s.flags.writeable = False
 
     @property
     def ranks(self) -> int:
@@ -191,7 +199,12 @@ class ShapeTable:
         """Compute-stream busy share of one island's step at the shape's *reference
         configuration*: the first variant that fits a micro-batch, at the largest
         micro-batch it tries, without accumulation (`StepResult.compute_busy_s` ÷
-        ``step_s``)."""
+        ``step_s``); simulated once per table."""
+        if self._utilisation is None:
+            self._utilisation = self._reference_utilisation()
+        return self._utilisation
+
+    def _reference_utilisation(self) -> float:
         for vi in sorted({v for v, _ in self.models}):
             b = max(m for v, m in self.models if v == vi)
             step = self.models[(vi, b)].simulate(1)
@@ -349,7 +362,8 @@ def candidate_shapes(
 
 def class_key(cm: CostModel) -> str:
     """Pools whose islands run at the same speed share their tables: the same hardware (GPU,
-    GPUs per node, links, network, power cap) and the same predictive coefficients — names,
+    GPUs per node, links, network, power cap) and the same predictive coefficients, the observed
+    compute correction included (`CostModel.compute_scale`) — names,
     node counts, prices, sites, WAN uplinks, PUE, carbon intensity, egress prices and node
     billing do not change an island's step."""
     hardware = cm.pool.model_dump(
@@ -371,4 +385,4 @@ def class_key(cm: CostModel) -> str:
     doc = cm.coefficients.model_dump(
         mode="json", include={"gpu", "precision", "compute", "communication", "memory"}
     )
-    return json.dumps([hardware, doc], sort_keys=True)
+    return json.dumps([hardware, doc, cm.compute_scale], sort_keys=True)

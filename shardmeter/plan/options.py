@@ -20,7 +20,10 @@ its own):
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+import json
+import threading
+from collections import OrderedDict
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -157,57 +160,287 @@ def max_islands(spec: PlanSpec) -> int:
     return spec.strategy.island_limit(spec.constraints.max_islands)
 
 
-class ShapeCache:
-    """Shape tables shared by pools whose islands run at the same speed (`class_key`)."""
+class SpaceStore:
+    """What building and walking a search space produced, kept across planning requests (a
+    long-running planner: the operator): island shapes' tables, dominance verdicts and the
+    exhaustive pass's enumeration of layouts (`shardmeter.plan.bnb.Enumeration`).
 
-    def __init__(self, spec: PlanSpec, grid: BatchGrid) -> None:
+    What a table depends on is its key (`ShapeCache.space_key`, the pool class `class_key`,
+    the shape): the model, the training settings but their total tokens, the strategy, the
+    batch grid, the pool's hardware and its coefficients — not the total tokens, the
+    objective, the constraints, prices or pool names. An enumeration is keyed by a digest of
+    the options and step tables it walked (`shardmeter.plan.bnb.space_digest`). A request that
+    differs only in what the keys leave out reuses them, and plans exactly as over freshly
+    built ones (they are read-only, and scoring is row by row). A change of a pool's
+    coefficients changes its class key and its tables' steps: they are built anew, the old
+    entries age out.
+
+    Bounded: the least recently used entries go once the entries together weigh more than
+    ``max_cells`` (a table its cells plus 64 per step model, an enumeration its rows'
+    values; an entry heavier than that alone is not kept). The case study's space weighs
+    about 69,000 and holds 2.8 MiB: the default bound is about 20 MiB, seven such spaces. Thread-safe (two threads may build the
+    same entry at once; both get equal ones)."""
+
+    def __init__(self, max_cells: int = 1 << 19) -> None:
+        self.max_cells = max_cells
+        self._entries: OrderedDict[Hashable, tuple[object, int]] = OrderedDict()
+        self._weight = 0
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    def get(self, key: Hashable) -> tuple[bool, object]:
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None:
+                self.misses += 1
+                return False, None
+            self._entries.move_to_end(key)
+            self.hits += 1
+            return True, entry[0]
+
+    def put(self, key: Hashable, value: object, weight: int = 1) -> None:
+        if weight > self.max_cells:
+            return
+        with self._lock:
+            old = self._entries.pop(key, None)
+            if old is not None:
+                self._weight -= old[1]
+            self._entries[key] = (value, weight)
+            self._weight += weight
+            while self._weight > self.max_cells:
+                _, (_, w) = self._entries.popitem(last=False)
+                self._weight -= w
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self._weight = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @property
+    def weight(self) -> int:
+        return self._weight
+
+
+class ShapeCache:
+    """Shape tables shared by pools whose islands run at the same speed (`class_key`) within
+    one request, and across requests through a `SpaceStore` when given one."""
+
+    def __init__(self, spec: PlanSpec, grid: BatchGrid, store: SpaceStore | None = None) -> None:
         self.spec = spec
         self.grid = grid
+        self.store = store
         self.variants: list[ConfigVariant] = config_variants(spec)
         self._tables: dict[tuple[str, int, int], ShapeTable | None] = {}
         self._dominated: dict[tuple[str, int, int, int, int], bool] = {}
         self._variant_models: dict[str, list[tuple[ConfigVariant, CostModel]]] = {}
+        self.space_key = space_key(spec, grid) if store is not None else ""
 
     def table(self, cm: CostModel, key: str, shape: IslandShape) -> ShapeTable | None:
         k = (key, shape.nodes, shape.gpus_per_node)
         if k not in self._tables:
-            spec = self.spec
-            streaming = spec.strategy.kind is StrategyKind.STREAMING_DILOCO
-            self._tables[k] = build_shape_table(
-                cm,
-                self._variants(cm, key),
-                shape,
-                self.grid,
-                spec.strategy.outer_state_on_gpu and spec.strategy.is_diloco,
-                outer_step_seconds_by_fragments(
-                    cm,
-                    spec.model,
-                    spec.strategy,
-                    shape.ranks,
-                    spec.model.num_layers if streaming else 1,
-                ),
-            )
+            stored = ("table", self.space_key, *k)
+            found, value = self.store.get(stored) if self.store is not None else (False, None)
+            if found:
+                self._tables[k] = value  # type: ignore[assignment]
+            else:
+                table = self._build(cm, key, shape)
+                if table is not None:
+                    table.freeze()
+                self._tables[k] = table
+                if self.store is not None:
+                    weight = 1 if table is None else len(table.step_s) + 64 * len(table.models)
+                    self.store.put(stored, table, weight)
         return self._tables[k]
+
+    def _build(self, cm: CostModel, key: str, shape: IslandShape) -> ShapeTable | None:
+        spec = self.spec
+        streaming = spec.strategy.kind is StrategyKind.STREAMING_DILOCO
+        return build_shape_table(
+            cm,
+            self._variants(cm, key),
+            shape,
+            self.grid,
+            spec.strategy.outer_state_on_gpu and spec.strategy.is_diloco,
+            outer_step_seconds_by_fragments(
+                cm,
+                spec.model,
+                spec.strategy,
+                shape.ranks,
+                spec.model.num_layers if streaming else 1,
+            ),
+        )
 
     def dominated(self, cm: CostModel, key: str, shape: IslandShape, by: IslandShape) -> bool:
         """``by`` (same GPUs, fewer nodes) is never slower than ``shape`` on this kind of pool."""
         k = (key, shape.nodes, shape.gpus_per_node, by.nodes, by.gpus_per_node)
         if k not in self._dominated:
-            variants = self._variants(cm, key)
-            on_gpu = self.spec.strategy.outer_state_on_gpu and self.spec.strategy.is_diloco
-            plans = micro_batch_plan(variants, shape, self.grid, on_gpu)
-            mine = micro_batch_plan(variants, by, self.grid, on_gpu)
-            fits = all(
-                a.b_max >= b.b_max and a.b_acc >= b.b_acc for a, b in zip(mine, plans, strict=True)
-            )
-            bs = sorted({b for p in plans for b in p.micro_batches})
-            self._dominated[k] = fits and shape_dominates(variants, by, shape, bs)
+            stored = ("dominated", self.space_key, *k)
+            found, value = self.store.get(stored) if self.store is not None else (False, None)
+            if found:
+                self._dominated[k] = bool(value)
+            else:
+                self._dominated[k] = self._dominates(cm, key, shape, by)
+                if self.store is not None:
+                    self.store.put(stored, self._dominated[k])
         return self._dominated[k]
+
+    def _dominates(self, cm: CostModel, key: str, shape: IslandShape, by: IslandShape) -> bool:
+        variants = self._variants(cm, key)
+        on_gpu = self.spec.strategy.outer_state_on_gpu and self.spec.strategy.is_diloco
+        plans = micro_batch_plan(variants, shape, self.grid, on_gpu)
+        mine = micro_batch_plan(variants, by, self.grid, on_gpu)
+        fits = all(
+            a.b_max >= b.b_max and a.b_acc >= b.b_acc for a, b in zip(mine, plans, strict=True)
+        )
+        bs = sorted({b for p in plans for b in p.micro_batches})
+        return fits and shape_dominates(variants, by, shape, bs)
 
     def _variants(self, cm: CostModel, key: str) -> list[tuple[ConfigVariant, CostModel]]:
         if key not in self._variant_models:
             self._variant_models[key] = [(v, variant_cost_model(cm, v)) for v in self.variants]
         return self._variant_models[key]
+
+
+def space_key(spec: PlanSpec, grid: BatchGrid) -> str:
+    """What every shape table of a request depends on besides its pool class and shape: the
+    model, the training settings but the total tokens (no step time, memory fit or outer
+    step depends on how long the run is), the strategy and the batch grid."""
+    return json.dumps(
+        [
+            spec.model.model_dump(mode="json"),
+            spec.training.model_dump(mode="json", exclude={"total_tokens"}),
+            spec.strategy.model_dump(mode="json"),
+            [grid.batch, grid.limit, grid.quantum],
+        ],
+        sort_keys=True,
+    )
+
+
+class PoolBuilder:
+    """Builds one pool's island shapes that can run, one shape at a time, so that a deadline
+    can stop the build between two shapes; why others cannot run goes to the notes.
+
+    The shapes are grouped by GPU count; a group's shapes are tried fewest nodes first (one
+    another never-slower one with fewer nodes dominates is left out; the first that fits
+    nothing ends the group). Groups are independent, so they are built in an order of
+    promise: by GPU count up to the first group that runs at all (the pool's utilisation
+    comes from its first shape), then coarse to fine over the rest (the median GPU count,
+    the quartiles, …) so that a build stopped early has shapes of every size. Whatever the
+    order, `context` lists the shapes fewest GPUs then fewest nodes first, as a full build
+    in that order would: a complete build is the same whichever order built it."""
+
+    def __init__(
+        self,
+        spec: PlanSpec,
+        pool: PlanPool,
+        index: int,
+        coefficients: CoefficientsDocument | None,
+        cache: ShapeCache,
+    ) -> None:
+        self.spec, self.pool, self.index, self.cache = spec, pool, index, cache
+        self.cm = CostModel(spec.model, spec.training, pool, coefficients)
+        self.node_limit = _node_limit(pool)
+        self.key = class_key(self.cm)
+        c, grid = spec.constraints, cache.grid
+        by_ranks = candidate_shapes(
+            pool.gpus_per_node,
+            self.node_limit,
+            c.min_gpus_per_island,
+            c.max_gpus,
+            spec.training.island_nodes_step,
+        )
+        self.groups: list[list[IslandShape]] = []
+        self.notes: dict[int, list[str]] = {}
+        for r, group in by_ranks.items():
+            if c.max_gpus_per_island is not None and r > c.max_gpus_per_island:
+                continue
+            if r > grid.limit:
+                self.notes[len(self.groups)] = [
+                    f"{group[0]}: one sequence per GPU is {r} sequences, above the global "
+                    f"batch limit of {grid.limit}"
+                ]
+                self.groups.append([])
+                continue
+            self.groups.append(group)
+        self.kept: dict[int, list[ShapeTable]] = {}
+        self.queue = [g for g, group in enumerate(self.groups) if group]
+        self.position = 0
+        """Next shape of the group at the head of the queue."""
+        self.ordered = False
+
+    @property
+    def done(self) -> bool:
+        return not self.queue
+
+    @property
+    def first_built(self) -> bool:
+        """The pool's first shape that runs is built (it gives the pool's utilisation)."""
+        return any(self.kept.values())
+
+    @property
+    def shapes_left(self) -> int:
+        """Candidate shapes not tried yet (some would be dominated or not fit)."""
+        if not self.queue:
+            return 0
+        return (
+            len(self.groups[self.queue[0]])
+            - self.position
+            + sum(len(self.groups[g]) for g in self.queue[1:])
+        )
+
+    def step(self) -> None:
+        """Try the next shape."""
+        g = self.queue[0]
+        group = self.groups[g]
+        shape = group[self.position]
+        kept = self.kept.setdefault(g, [])
+        finished = False
+        by_shapes = [t.shape for t in kept]
+        if not any(self.cache.dominated(self.cm, self.key, shape, by) for by in by_shapes):
+            table = self.cache.table(self.cm, self.key, shape)
+            if table is None:
+                if self.position == 0:
+                    self.notes.setdefault(g, []).append(
+                        f"{shape}: {_why_not(self.cm, self.spec, shape)}"
+                    )
+                finished = True  # the same GPU count on more nodes fits no better
+            else:
+                kept.append(table)
+        self.position += 1
+        if finished or self.position >= len(group):
+            self.queue.pop(0)
+            self.position = 0
+            if not self.ordered and kept:
+                self.queue = coarse_to_fine(self.queue)
+                self.ordered = True
+
+    def context(self) -> PoolContext:
+        shapes = [t for g in sorted(self.kept) for t in self.kept[g]]
+        notes = [n for g in sorted(self.notes) for n in self.notes[g]]
+        utilisation = shapes[0].reference_utilisation() if shapes else 1.0
+        return PoolContext(
+            self.pool, self.index, self.cm, self.node_limit, shapes, notes, utilisation
+        )
+
+
+def coarse_to_fine(items: Sequence[int]) -> list[int]:
+    """``items`` reordered middle first, then the middles of the halves, and so on."""
+    out: list[int] = []
+    spans = [(0, len(items))]
+    while spans:
+        nxt = []
+        for lo, hi in spans:
+            if lo >= hi:
+                continue
+            mid = (lo + hi) // 2
+            out.append(items[mid])
+            nxt += [(lo, mid), (mid + 1, hi)]
+        spans = nxt
+    return out
 
 
 def build_pool_context(
@@ -217,12 +450,10 @@ def build_pool_context(
     coefficients: CoefficientsDocument | None,
     cache: ShapeCache,
 ) -> PoolContext:
-    cm = CostModel(spec.model, spec.training, pool, coefficients)
-    node_limit = _node_limit(pool)
-    notes: list[str] = []
-    shapes = list(_shape_tables(spec, cm, node_limit, cache, notes))
-    utilisation = shapes[0].reference_utilisation() if shapes else 1.0
-    return PoolContext(pool, index, cm, node_limit, shapes, notes, utilisation)
+    builder = PoolBuilder(spec, pool, index, coefficients, cache)
+    while not builder.done:
+        builder.step()
+    return builder.context()
 
 
 def pool_utilisation(
@@ -230,52 +461,15 @@ def pool_utilisation(
 ) -> float:
     """`PoolContext.utilisation` without building the pool's other shapes (for evaluating a
     decided plan: `shardmeter.plan.fixed`)."""
-    cm = CostModel(spec.model, spec.training, pool, coefficients)
-    cache = ShapeCache(spec, BatchGrid.of(spec))
-    first = next(iter(_shape_tables(spec, cm, _node_limit(pool), cache, [])), None)
+    builder = PoolBuilder(spec, pool, 0, coefficients, ShapeCache(spec, BatchGrid.of(spec)))
+    while not builder.done and not builder.first_built:
+        builder.step()
+    first = next((t for g in sorted(builder.kept) for t in builder.kept[g]), None)
     return first.reference_utilisation() if first is not None else 1.0
 
 
 def _node_limit(pool: PlanPool) -> int:
     return pool.nodes if pool.max_nodes is None else min(pool.nodes, pool.max_nodes)
-
-
-def _shape_tables(
-    spec: PlanSpec, cm: CostModel, node_limit: int, cache: ShapeCache, notes: list[str]
-) -> Iterator[ShapeTable]:
-    """The pool's island shapes that can run, fewest GPUs then fewest nodes first (a shape
-    another never-slower one with fewer nodes dominates is left out); why others cannot is
-    appended to ``notes``."""
-    c = spec.constraints
-    key = class_key(cm)
-    grid = cache.grid
-    by_ranks = candidate_shapes(
-        cm.pool.gpus_per_node,
-        node_limit,
-        c.min_gpus_per_island,
-        c.max_gpus,
-        spec.training.island_nodes_step,
-    )
-    for r, group in by_ranks.items():
-        if c.max_gpus_per_island is not None and r > c.max_gpus_per_island:
-            continue
-        if r > grid.limit:
-            notes.append(
-                f"{group[0]}: one sequence per GPU is {r} sequences, above the global batch "
-                f"limit of {grid.limit}"
-            )
-            continue
-        kept: list[IslandShape] = []
-        for shape in group:
-            if any(cache.dominated(cm, key, shape, by) for by in kept):
-                continue
-            table = cache.table(cm, key, shape)
-            if table is None:
-                if shape is group[0]:
-                    notes.append(f"{shape}: {_why_not(cm, spec, shape)}")
-                break  # the same GPU count on more nodes fits no better
-            kept.append(shape)
-            yield table
 
 
 def _why_not(cm: CostModel, spec: PlanSpec, shape: IslandShape) -> str:

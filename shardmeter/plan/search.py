@@ -16,7 +16,14 @@ from dataclasses import dataclass, field
 
 from shardmeter.cost.coefficients import CoefficientsDocument
 from shardmeter.errors import InfeasibleError
-from shardmeter.plan.bnb import Goal, PassStats, ProgressCallback, TreeSearch
+from shardmeter.plan.bnb import (
+    Enumeration,
+    Goal,
+    PassStats,
+    ProgressCallback,
+    TreeSearch,
+    space_digest,
+)
 from shardmeter.plan.configs import (
     MAX_CELLS,
     MICRO_BATCH_BUDGET,
@@ -28,9 +35,10 @@ from shardmeter.plan.frontier import pareto_frontier, select
 from shardmeter.plan.infeasible import no_option_reason, no_plan_reason
 from shardmeter.plan.options import (
     OptionTable,
+    PoolBuilder,
     PoolContext,
     ShapeCache,
-    build_pool_context,
+    SpaceStore,
     max_islands,
     option_table,
     pool_options,
@@ -55,6 +63,9 @@ class SearchStats:
     """When not proven: (value − proven lower bound) / value of the objective's figure."""
     passes: list[PassStats] = field(default_factory=list)
     layouts_estimate: int = 0
+    shapes_left: int = 0
+    """Candidate island shapes the time limit left unsimulated (their layouts unsearched:
+    then ``proven`` is False and ``gap`` None)."""
 
 
 @dataclass
@@ -90,30 +101,104 @@ def layouts_estimate(spec: PlanSpec, table: OptionTable, n_pools: int) -> int:
     return total
 
 
+@dataclass
+class SpaceBuild:
+    """The search space: what the search runs over."""
+
+    grid: BatchGrid
+    contexts: list[PoolContext]
+    table: OptionTable
+    shapes_left: int = 0
+    """Candidate island shapes a deadline left untried (0: the whole space was built)."""
+    seconds: float = 0.0
+
+    @property
+    def complete(self) -> bool:
+        return self.shapes_left == 0
+
+
+class SpaceBuilder:
+    """Builds the search space, resumably: `grow` builds shapes until a deadline (the pools
+    take turns, one shape each, in their order of promise: `PoolBuilder`), `space` is what
+    was built so far, and a later `grow` goes on from there. Each pool builds at least up to
+    its first shape that runs, past the deadline if need be (a few shapes)."""
+
+    def __init__(
+        self,
+        spec: PlanSpec,
+        coefficients: dict[str, CoefficientsDocument | None],
+        store: SpaceStore | None = None,
+    ) -> None:
+        self.spec = spec
+        self.grid = BatchGrid.of(spec)
+        pools = spec.usable_pools()
+        if not pools:
+            raise InfeasibleError(
+                "no pool is allowed: constraints.allowedPools is empty — name at least one of "
+                + ", ".join(p.name for p in spec.pools),
+                "constraints.allowedPools",
+            )
+        problem = settings_problem(spec.strategy, spec.model.num_layers)
+        if problem is not None:  # no island or link makes these settings legal
+            raise InfeasibleError(f"no feasible plan: {problem}", problem.field)
+        cache = ShapeCache(spec, self.grid, store)
+        self.builders = [
+            PoolBuilder(spec, pool, i, coefficients.get(pool.name), cache)
+            for i, pool in enumerate(pools)
+        ]
+        self.seconds = 0.0
+
+    @property
+    def shapes_left(self) -> int:
+        return sum(b.shapes_left for b in self.builders)
+
+    def grow(self, deadline: float = math.inf) -> None:
+        started = time.perf_counter()
+        active = [b for b in self.builders if not b.done]
+        while active:
+            for b in active:
+                if b.first_built and time.monotonic() > deadline:
+                    continue
+                b.step()
+            active = [b for b in active if not b.done]
+            if time.monotonic() > deadline:
+                active = [b for b in active if not b.first_built]
+        self.seconds += time.perf_counter() - started
+
+    def space(self) -> SpaceBuild:
+        spec, grid = self.spec, self.grid
+        contexts = [b.context() for b in self.builders]
+        shapes_left = self.shapes_left
+        options = [o for ctx in contexts for o in pool_options(spec, ctx, grid)]
+        table = option_table(contexts, options)
+        if not options:
+            if shapes_left:
+                raise InfeasibleError(
+                    f"no island shape built within the time limit ({shapes_left:,} not "
+                    "tried); raise --time-limit",
+                    "time limit",
+                )
+            raise InfeasibleError(no_option_reason(spec, contexts, grid), "pools")
+        return SpaceBuild(grid, contexts, table, shapes_left, self.seconds)
+
+
 def build_space(
-    spec: PlanSpec, coefficients: dict[str, CoefficientsDocument | None]
-) -> tuple[BatchGrid, list[PoolContext], OptionTable]:
-    grid = BatchGrid.of(spec)
-    pools = spec.usable_pools()
-    if not pools:
-        raise InfeasibleError(
-            "no pool is allowed: constraints.allowedPools is empty — name at least one of "
-            + ", ".join(p.name for p in spec.pools),
-            "constraints.allowedPools",
-        )
-    problem = settings_problem(spec.strategy, spec.model.num_layers)
-    if problem is not None:  # no island or link makes these settings legal
-        raise InfeasibleError(f"no feasible plan: {problem}", problem.field)
-    cache = ShapeCache(spec, grid)
-    contexts = [
-        build_pool_context(spec, pool, i, coefficients.get(pool.name), cache)
-        for i, pool in enumerate(pools)
-    ]
-    options = [o for ctx in contexts for o in pool_options(spec, ctx, grid)]
-    table = option_table(contexts, options)
-    if not options:
-        raise InfeasibleError(no_option_reason(spec, contexts, grid), "pools")
-    return grid, contexts, table
+    spec: PlanSpec,
+    coefficients: dict[str, CoefficientsDocument | None],
+    store: SpaceStore | None = None,
+    deadline: float = math.inf,
+) -> SpaceBuild:
+    """Every pool's island shapes and options (`SpaceBuilder`, built until ``deadline``,
+    time.monotonic(); ``shapes_left`` says how much was not). ``store`` keeps shape tables
+    across requests."""
+    builder = SpaceBuilder(spec, coefficients, store)
+    builder.grow(deadline)
+    return builder.space()
+
+
+BUILD_SHARE = 0.5
+"""Of a time limit, the share building the search space may take at most (the search over
+what was built, and the report, take the rest)."""
 
 
 def _passes(tree: TreeSearch, spec: PlanSpec) -> tuple[bool, float | None]:
@@ -149,6 +234,23 @@ def _passes(tree: TreeSearch, spec: PlanSpec) -> tuple[bool, float | None]:
     return p.completed, None if p.completed else _gap(p)
 
 
+def _every_layout(tree: TreeSearch, store: SpaceStore | None) -> PassStats:
+    """The ``all`` pass; with a store, a space enumerated before (the same options, step
+    tables and caps: `space_digest`) is scored from its `Enumeration` instead of walked."""
+    if store is None:
+        return tree.run(Goal("all"), "every layout")
+    key = ("layouts", space_digest(tree))
+    found, e = store.get(key)
+    if found and isinstance(e, Enumeration):
+        return tree.replay(e, "every layout")
+    tree.recording = []
+    p = tree.run(Goal("all"), "every layout")
+    e = tree.enumeration()
+    tree.recording = None
+    store.put(key, e, e.weight)
+    return p
+
+
 def _gap(p: PassStats) -> float | None:
     if not math.isfinite(p.best) or p.best <= 0:
         return None
@@ -161,13 +263,78 @@ def search(
     progress: ProgressCallback | None = None,
     force_mode: str | None = None,
     time_limit_s: float | None = None,
+    store: SpaceStore | None = None,
 ) -> SearchOutput:
-    """Build the search space, search it (see the module docstring), pick the plan."""
+    """Build the search space, search it (see the module docstring), pick the plan.
+    ``store`` keeps shape tables across calls (`SpaceStore`; the results are the same).
+
+    With ``time_limit_s`` the build gets `BUILD_SHARE` of it, then the search runs over what
+    was built. A search that finishes early over a partial space lets the build go on (again
+    for that share of the time left) and searches the larger space, while the time left is
+    ample for it (`ROUND_MARGIN`); a round whose search the deadline cuts is kept only when
+    no earlier round finished its search."""
     started = time.perf_counter()
-    deadline = math.inf if time_limit_s is None else time.monotonic() + time_limit_s
-    coefficients = coefficients or {}
-    grid, contexts, table = build_space(spec, coefficients)
-    built_s = time.perf_counter() - started
+    now = time.monotonic()
+    builder = SpaceBuilder(spec, coefficients or {}, store)
+    if time_limit_s is None:
+        builder.grow()
+        space = builder.space()
+        return _search_space(spec, space, progress, force_mode, None, math.inf, store, started)
+    deadline = now + time_limit_s
+    build_until = now + BUILD_SHARE * time_limit_s
+    finished: SearchOutput | None = None
+    while True:
+        builder.grow(build_until)
+        space = builder.space()
+        began = time.monotonic()
+        try:
+            out = _search_space(
+                spec, space, progress, force_mode, time_limit_s, deadline, store, started
+            )
+        except NothingFoundYetError:
+            left = deadline - time.monotonic()
+            if finished is not None:
+                finished.stats.seconds = time.perf_counter() - started
+                return finished
+            if left <= 0:
+                raise
+            build_until = time.monotonic() + BUILD_SHARE * left
+            continue
+        searched_s = time.monotonic() - began
+        if not all(p.completed for p in out.stats.passes):
+            if finished is None:
+                return out
+            finished.stats.seconds = time.perf_counter() - started
+            return finished
+        left = deadline - time.monotonic()
+        if space.complete or left < ROUND_MARGIN * searched_s:
+            return out
+        finished = out
+        build_until = time.monotonic() + BUILD_SHARE * left
+
+
+class NothingFoundYetError(InfeasibleError):
+    """No plan over the part of the space built so far (the rest may hold some)."""
+
+
+ROUND_MARGIN = 4.0
+"""Another round of building and searching starts only while the time left is at least this
+many times what the last round's search took (the next space is larger)."""
+
+
+def _search_space(
+    spec: PlanSpec,
+    space: SpaceBuild,
+    progress: ProgressCallback | None,
+    force_mode: str | None,
+    time_limit_s: float | None,
+    deadline: float,
+    store: SpaceStore | None,
+    started: float,
+) -> SearchOutput:
+    """Search ``space`` until ``deadline`` (time.monotonic(); the request's ``time_limit_s``
+    ends then) and pick the plan."""
+    grid, contexts, table = space.grid, space.contexts, space.table
     evaluator = Evaluator(spec, contexts, table, grid)
     estimate = layouts_estimate(spec, table, len(contexts))
     mode = force_mode or ("exhaustive" if estimate <= EXHAUSTIVE_LIMIT else "objective")
@@ -188,7 +355,7 @@ def search(
                 "frontier shown covers only the plans branch and bound scored"
             )
     elif mode == "exhaustive":
-        p = tree.run(Goal("all"), "every layout")
+        p = _every_layout(tree, store)
         proven, gap = p.completed, None
     elif mode == "frontier":
         p = tree.run(Goal("frontier"), "Pareto frontier")
@@ -204,6 +371,13 @@ def search(
         raise ValueError(f"unknown search mode {force_mode!r}")
     evaluated = tree.evaluated()
     frontier = pareto_frontier(evaluated) if len(evaluated) else Evaluation.empty(len(contexts))
+    if len(frontier) == 0 and not space.complete:
+        # the shapes not built may hold plans (within any budget): none found yet
+        raise NothingFoundYetError(
+            f"no feasible plan found within the time limit of {time_limit_s:g} s "
+            f"({space.shapes_left:,} candidate island shapes not simulated); raise --time-limit",
+            "time limit",
+        )
     if len(frontier) == 0:
         budget = spec.objective.co2_budget_kg
         least = evaluator.least_co2_over_budget_kg
@@ -222,13 +396,24 @@ def search(
             )
         raise InfeasibleError(no_plan_reason(spec, contexts, table, evaluator), "constraints")
     chosen, fastest = select(evaluated, spec)
-    if time_limit_s is not None and built_s > time_limit_s:
+    if not space.complete:
+        # the layouts of untried shapes were never bounded: no gap is proven over them
+        built_gap = gap
+        proven, gap = False, None
         notes.append(
-            f"building the search space (every island shape simulated once) took {built_s:.2f} s, "
-            f"more than the {time_limit_s:.2f} s the time limit left: it cannot be interrupted, "
-            "the search stopped right after it"
+            f"time limit reached while building the search space: {space.shapes_left:,} "
+            "candidate island shapes were not simulated and their layouts not searched; the "
+            "plan shown is the best over the shapes built"
+            + (
+                " (the optimum over those)"
+                if built_gap is None and tree.passes and tree.passes[-1].completed
+                else f", within {built_gap:.2%} of the bound proven over those"
+                if built_gap is not None
+                else ""
+            )
+            + ", with no gap proven over the rest"
         )
-    if not proven:
+    elif not proven:
         notes.append(
             "time limit reached: the plan shown is the best found"
             + (f", within {gap:.2%} of the proven bound" if gap is not None else "")
@@ -244,6 +429,7 @@ def search(
         gap,
         list(tree.passes),
         estimate,
+        space.shapes_left,
     )
     return SearchOutput(
         spec, contexts, table, evaluator, evaluated, frontier, chosen, fastest, stats, notes
@@ -282,4 +468,13 @@ def _exactness_notes(grid: BatchGrid, contexts: list[PoolContext]) -> list[str]:
     return notes
 
 
-__all__ = ["EXHAUSTIVE_LIMIT", "SearchOutput", "SearchStats", "max_islands", "search"]
+__all__ = [
+    "EXHAUSTIVE_LIMIT",
+    "SearchOutput",
+    "SearchStats",
+    "SpaceBuild",
+    "SpaceStore",
+    "build_space",
+    "max_islands",
+    "search",
+]

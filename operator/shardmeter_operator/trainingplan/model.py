@@ -20,7 +20,7 @@ from shardmeter.plan.fixed import evaluate_fixed
 from shardmeter.plan.groups import IslandGroup
 from shardmeter.plan.result import build_result
 from shardmeter.plan.schema import PlanPool, PlanSpec
-from shardmeter.plan.search import search
+from shardmeter.plan.search import SpaceStore, search
 from shardmeter.sim.bottleneck import Bottleneck, blocks
 from shardmeter.sim.settings import SettingsChoice
 from shardmeter_operator.api import (
@@ -40,6 +40,13 @@ SEARCHES_KEPT = 8
 """Searches remembered by request (:func:`searched`)."""
 _searches: OrderedDict[str, Any] = OrderedDict()
 _searches_lock = threading.Lock()
+SPACE_STORE = SpaceStore()
+"""The search spaces of recent requests (:class:`SpaceStore`, bounded): island shapes' tables
+and the exhaustive pass's layouts. A new request over the same pools, model and batch —
+another total tokens or objective — simulates nothing again and scores the layouts in one
+pass; a pool's new coefficients build its tables anew (the plans that use a changed pool are
+reconciled in the planning worker, :meth:`~.controller.Controller.fan_out`: where they are
+searched again, that builds the new tables before an admission needs them)."""
 
 
 def searched(request: PlanSpec, docs: Mapping[str, CoefficientsDocument | None]) -> Any:
@@ -58,7 +65,7 @@ def searched(request: PlanSpec, docs: Mapping[str, CoefficientsDocument | None])
         if key in _searches:
             _searches.move_to_end(key)
             return _searches[key]
-    result = build_result(search(request, dict(docs)))
+    result = build_result(search(request, dict(docs), store=SPACE_STORE))
     with _searches_lock:
         _searches[key] = result
         while len(_searches) > SEARCHES_KEPT:
