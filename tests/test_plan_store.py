@@ -20,6 +20,7 @@ from shardmeter.plan.evaluate import Evaluation
 from shardmeter.plan.result import build_result
 from shardmeter.plan.schema import ObjectiveKind, PlanSpec, load_plan
 from shardmeter.plan.search import SearchOutput, SpaceStore, search
+from shardmeter.spec.training import AttentionKernel
 from strategies import random_spec
 
 REPO = Path(__file__).resolve().parents[1]
@@ -83,7 +84,11 @@ def test_a_coefficient_change_builds_the_pools_tables_anew() -> None:
     observed = {
         name: before[name].model_copy(update={"observed": ObservedCorrection(compute_scale=1.2)})
     }
-    for docs in (slower, observed):
+    # the same fits, timed with FlashAttention-2 instead of the job's cuDNN attention
+    other_kernel = {
+        name: before[name].model_copy(update={"attention_kernel": AttentionKernel.FLASH2})
+    }
+    for docs in (slower, observed, other_kernel):
         misses = store.misses
         cached = search(spec, dict(docs), store=store)
         assert store.misses > misses

@@ -362,10 +362,10 @@ def candidate_shapes(
 
 def class_key(cm: CostModel) -> str:
     """Pools whose islands run at the same speed share their tables: the same hardware (GPU,
-    GPUs per node, links, network, power cap) and the same predictive coefficients, the observed
-    compute correction included (`CostModel.compute_scale`) — names,
-    node counts, prices, sites, WAN uplinks, PUE, carbon intensity, egress prices and node
-    billing do not change an island's step."""
+    GPUs per node, links, network, power cap) and the same predictive coefficients (with the
+    attention kernel they were timed with), the observed compute correction included
+    (`CostModel.compute_scale`) — names, node counts, prices, sites, WAN uplinks, PUE, carbon
+    intensity, egress prices and node billing do not change an island's step."""
     hardware = cm.pool.model_dump(
         mode="json",
         exclude={
@@ -383,6 +383,7 @@ def class_key(cm: CostModel) -> str:
         },
     )
     doc = cm.coefficients.model_dump(
-        mode="json", include={"gpu", "precision", "compute", "communication", "memory"}
+        mode="json",
+        include={"gpu", "precision", "attention_kernel", "compute", "communication", "memory"},
     )
     return json.dumps([hardware, doc, cm.compute_scale], sort_keys=True)
