@@ -135,6 +135,18 @@ def _summary_line(label: str, s: Summary) -> str:
     )
 
 
+def _goals(overall: Summary, groups: Mapping[str, Summary]) -> tuple[bool, float]:
+    """Whether a file meets every goal, and its worst group's |bias|."""
+    worst = max((abs(s.bias) for s in groups.values()), default=0.0)
+    met = (
+        overall.median_error <= MEDIAN_GOAL
+        and overall.max_error <= MAX_GOAL
+        and abs(overall.bias) <= BIAS_GOAL
+        and worst <= GROUP_BIAS_GOAL
+    )
+    return met, worst
+
+
 def render(report: Report, path: str) -> str:
     head = (
         f"{'id':<44} {'setup':<64} {'published':>9} {'predicted':>9} {'ratio':>6} "
@@ -153,13 +165,7 @@ def render(report: Report, path: str) -> str:
     if report.predictions:
         overall = Summary.of(report.predictions)
         groups = report.by(lambda p: p.source)
-        worst = max((abs(s.bias) for s in groups.values()), default=0.0)
-        met = (
-            overall.median_error <= MEDIAN_GOAL
-            and overall.max_error <= MAX_GOAL
-            and abs(overall.bias) <= BIAS_GOAL
-            and worst <= GROUP_BIAS_GOAL
-        )
+        met, worst = _goals(overall, groups)
         lines += [
             "",
             f"{len(report.predictions)} points predicted, {len(report.skipped)} skipped; goals: "
@@ -251,13 +257,7 @@ def render_markdown(
         name = Path(path).name
         groups = report.by(lambda p: p.source)
         overall = Summary.of(report.predictions)
-        worst = max((abs(s.bias) for s in groups.values()), default=0.0)
-        met = (
-            overall.median_error <= MEDIAN_GOAL
-            and overall.max_error <= MAX_GOAL
-            and abs(overall.bias) <= BIAS_GOAL
-            and worst <= GROUP_BIAS_GOAL
-        )
+        met, worst = _goals(overall, groups)
         out += [
             "",
             f"## {name}",

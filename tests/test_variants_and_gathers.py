@@ -126,21 +126,19 @@ def test_the_attention_kernel_sets_the_attention_rate_and_nothing_else() -> None
 def test_cudnn_attention_is_the_default_at_each_gpus_measured_speed() -> None:
     # torchtitan 0.3.0 runs SDPA with cuDNN first: the default; 1.6x FlashAttention-2 on
     # H100 (FlashAttention-3 paper Figs. 5-6), 0.82x on A100 (transformers#48163)
-    assert _cm().training.attention_kernel.value == "cudnn"
+    assert _cm().training.attention_kernel is K.CUDNN
+    model = MODEL_PRESETS["llama-3.1-8b"]
     for gpu, speed in (("h100", 1.6), ("a100", 0.82)):
         pool = PoolSpec(name="p", gpu=gpu, nodes=1, gpus_per_node=8)
-        model = MODEL_PRESETS["llama-3.1-8b"]
-        work = {
-            k: CostModel(
+        cudnn, flash = (
+            CostModel(
                 model,
-                TrainingSpec(
-                    seq_len_tokens=4096, global_batch_tokens=4096, **{"attention_kernel": k}
-                ),
-                pool,  # type: ignore[arg-type]
+                TrainingSpec(seq_len_tokens=4096, global_batch_tokens=4096, attention_kernel=k),
+                pool,
             ).block_work(2)
-            for k in ("cudnn", "flash2")
-        }
-        for c, f in zip(work["cudnn"], work["flash2"], strict=True):
+            for k in (K.CUDNN, K.FLASH2)
+        )
+        for c, f in zip(cudnn, flash, strict=True):
             assert c.attention_s == pytest.approx(f.attention_s / speed, rel=1e-9)
 
 

@@ -224,14 +224,8 @@ class CostModel:
             parts["float8_cast"] = tokens * cast_bytes / bw
         fwd_speed, bwd_speed = self.attention_speed
         speed = fwd_speed if target is Target.BLOCK_FORWARD else bwd_speed
-        return {
-            f: v / (clock * speed)
-            if f in ATTENTION_FEATURES
-            else v / clock
-            if f in MATMUL_FEATURES
-            else v
-            for f, v in parts.items()
-        }
+        rate = {f: clock for f in MATMUL_FEATURES} | {f: clock * speed for f in ATTENTION_FEATURES}
+        return {f: v / rate.get(f, 1.0) for f, v in parts.items()}
 
     def _head_parts(self, target: Target, values: dict[str, float]) -> dict[str, float]:
         parts = self._split(target, values)

@@ -295,7 +295,8 @@ def mamf_duty_cycle(
 #   (0.32 of 989) and backward 291–318 TFLOP/s (0.30).
 # * cudnn_attention_speed: cuDNN fused attention ÷ FlashAttention-2, the same FA3 paper
 #   figures at head dim 128, sequence 2k–8k on H100 SXM: causal forward 484–529 vs 298–333
-#   TFLOP/s (Fig. 5), backward 465–518 vs 291–318 (Fig. 6): 1.6 both; H200 is the same chip.
+#   TFLOP/s (Fig. 5), backward 465–518 vs 291–318 (Fig. 6), the figures' bar labels: 1.6
+#   both; H200 is the same chip.
 #   A100: cuDNN SDPA runs at 0.82x FlashAttention-2 for training shapes, L40S 1.00x
 #   (huggingface/transformers#48163, six GPUs benchmarked, 2026-08).
 # * memory_efficiency: element-wise PyTorch kernels stream at about 85 % of HBM peak

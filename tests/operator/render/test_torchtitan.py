@@ -21,6 +21,7 @@ import yaml
 from launch_local import torchtitan_pythonpath
 from launch_local.kubelet import local_pods, trainer_argv
 from shardmeter.errors import SpecError
+from shardmeter.spec.training import AttentionKernel, TrainingSpec
 from shardmeter_operator.api import (
     GPUPoolSpec,
     TrainingPlanSpec,
@@ -216,3 +217,25 @@ def test_every_case_study_island_parses_as_planned() -> None:
     for k in range(len(st1["islands"])):
         check_island(parsed[len(per_island2) + k], k, spec1, st1)
     assert parsed[-1]["exit"] == 2 and "no_such_flag" in parsed[-1]["output"]
+
+
+def test_plans_default_to_the_attention_kernel_torchtitan_runs_first() -> None:
+    # the runtime's own attention module, not a copy of its backend list: torchtitan's SDPA
+    # tries cuDNN first, so a launched plan is priced (and only launched) with cudnn
+    probe = (
+        "from torchtitan.models.common.attention import ScaledDotProductAttention as A\n"
+        "print([b.name for b in A(None).sdpa_backends])"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": torchtitan_pythonpath()},
+        timeout=200,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    order = result.stdout.strip().splitlines()[-1]
+    assert order.startswith("['CUDNN_ATTENTION'"), order
+    default = TrainingSpec.model_fields["attention_kernel"].default
+    assert default is AttentionKernel.CUDNN
