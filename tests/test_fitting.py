@@ -196,6 +196,28 @@ def test_unbounded_fit_can_beat_the_peak_which_the_floor_forbids() -> None:
     assert all(flops[f] / floored.coefficients[f] <= PEAK * (1 + 1e-9) for f in flops)
 
 
+@pytest.mark.parametrize("target", [Target.HEAD_FORWARD, Target.HEAD_BACKWARD])
+def test_the_loss_pass_over_the_logits_is_always_in_the_heads_fit(target: Target) -> None:
+    """The log-softmax reads and writes every logit (≥ 8 bytes per ``t_v`` unit) whatever the
+    shape: given the memory bandwidth it is always fitted, never below bytes ÷ bandwidth —
+    in one target's fit and in a whole device's (where selection alone had dropped it on a
+    CPU, see `shardmeter.cost.floors`)."""
+    flops = FLOPS_PER_UNIT[target]["t_h_v"]
+    bandwidth = GPU.hbm_bandwidth_bytes_per_s
+    truth = {"t_h_v": flops / (0.8 * PEAK), "t_v": 16 / bandwidth}
+    samples = architecture_biased(
+        noisy(batch_sweeps(truth, target, 12, seed=7), 0.04, seed=7), 0.04, seed=7
+    )
+    fit, _ = fit_compute_target(
+        samples, target, peak_flop_per_s=PEAK, bandwidth_bytes_per_s=bandwidth
+    )
+    assert fit.floors["t_v"] == pytest.approx(8 / bandwidth)
+    assert fit.coefficients["t_v"] >= 8 / bandwidth * (1 - 1e-9)
+    device, _ = fit_compute(samples, GPU, Precision.BF16)
+    assert device[target].floors["t_v"] == pytest.approx(8 / bandwidth)
+    assert lower_bounds(target, ["t_v", "t_h"], None, bandwidth) == [8 / bandwidth, 0.0]
+
+
 def test_leave_one_model_out_is_each_architecture_predicted_from_the_others() -> None:
     """Checked against a direct computation (scipy's bounded least squares, one fit per
     held-out architecture), and more pessimistic than the shuffled K-fold when each

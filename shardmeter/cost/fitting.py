@@ -59,15 +59,17 @@ def fit_compute_target(
     cv: int = 5,
     random_state: int = 0,
     peak_flop_per_s: float | None = None,
+    bandwidth_bytes_per_s: float | None = None,
 ) -> tuple[LinearFit, RelativeNNLSRegressor]:
     """Fit one target. Coefficients of FLOP features are bounded below by their physical
-    floor at ``peak_flop_per_s`` (`shardmeter.cost.floors`) and always kept; the other
+    floor at ``peak_flop_per_s``, the loss's pass over the logits by its floor at
+    ``bandwidth_bytes_per_s`` (`shardmeter.cost.floors`), and those are always kept; the other
     features are selected by leave-one-architecture-out MAPE, which is also the fit's
     headline (``leave_one_model_out_mape``). ``cv_mape`` is a shuffled K-fold's MAPE
     (rows of every architecture on both sides: the optimistic figure, for contrast)."""
     X, y, groups = _design(samples, target)
     names = list(CANDIDATE_FEATURES[target])
-    lower = lower_bounds(target, names, peak_flop_per_s)
+    lower = lower_bounds(target, names, peak_flop_per_s, bandwidth_bytes_per_s)
     architectures = len(set(groups))
     grouped = groups if architectures >= 2 else None
     model = RelativeNNLSRegressor(
@@ -96,7 +98,7 @@ def fit_compute(
     random_state: int = 0,
 ) -> tuple[dict[Target, LinearFit], list[str]]:
     """Fit every target with enough samples, FLOP coefficients floored at the GPU's peak
-    FLOP/s for ``precision``; the rest fall back to datasheet priors (noted). A peak the
+    FLOP/s for ``precision`` (and the loss's logits pass at its memory bandwidth); the rest fall back to datasheet priors (noted). A peak the
     samples themselves beat (a probe read on a busy host) is no bound: then the floors are
     dropped and a note says why, rather than forcing every prediction slow."""
     by_target: dict[Target, list[ComputeSample]] = defaultdict(list)
@@ -118,7 +120,9 @@ def fit_compute(
     for target in Target:
         rows = by_target.get(target, [])
         if len(rows) >= MIN_SAMPLES_PER_TARGET:
-            fits[target], _ = fit_compute_target(rows, target, cv, random_state, peak)
+            fits[target], _ = fit_compute_target(
+                rows, target, cv, random_state, peak, gpu.hbm_bandwidth_bytes_per_s
+            )
         else:
             fits[target] = priors[target]
             notes.append(f"compute.{target.value}: {len(rows)} samples, using the datasheet prior")

@@ -30,17 +30,36 @@ FLOPS_PER_UNIT: dict[Target, dict[str, float]] = {
     Target.HEAD_BACKWARD: {"t_h_v": 4.0},
 }
 
+BYTES_PER_UNIT: dict[Target, dict[str, float]] = {
+    # t_v = t·V logits: the loss's log-softmax reads FP32 logits and writes FP32
+    # log-probabilities (forward); its gradient reads those and writes the logits' gradient.
+    Target.HEAD_FORWARD: {"t_v": 8.0},
+    Target.HEAD_BACKWARD: {"t_v": 8.0},
+}
+
 
 def lower_bounds(
-    target: Target, feature_names: Sequence[str], peak_flop_per_s: float | None
+    target: Target,
+    feature_names: Sequence[str],
+    peak_flop_per_s: float | None,
+    bandwidth_bytes_per_s: float | None = None,
 ) -> list[float]:
-    """Seconds-per-unit floor of each feature (0 without a FLOP count or a peak)."""
-    if peak_flop_per_s is None:
-        return [0.0] * len(feature_names)
-    if not peak_flop_per_s > 0:
-        raise ValueError(f"peak_flop_per_s must be > 0 (got {peak_flop_per_s})")
+    """Seconds-per-unit floor of each feature: FLOPs per unit ÷ the peak, or bytes per unit ÷
+    the memory bandwidth (0 without a count, or without the rate it needs)."""
+    for name, rate in (("peak_flop_per_s", peak_flop_per_s), ("bandwidth", bandwidth_bytes_per_s)):
+        if rate is not None and not rate > 0:
+            raise ValueError(f"{name} must be > 0 (got {rate})")
     flops = FLOPS_PER_UNIT.get(target, {})
-    return [flops.get(f, 0.0) / peak_flop_per_s for f in feature_names]
+    moved = BYTES_PER_UNIT.get(target, {})
+
+    def floor(feature: str) -> float:
+        if peak_flop_per_s is not None and feature in flops:
+            return flops[feature] / peak_flop_per_s
+        if bandwidth_bytes_per_s is not None and feature in moved:
+            return moved[feature] / bandwidth_bytes_per_s
+        return 0.0
+
+    return [floor(f) for f in feature_names]
 
 
 def executed_flops(sample: ComputeSample) -> float:
