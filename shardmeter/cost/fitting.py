@@ -98,9 +98,11 @@ def fit_compute(
     random_state: int = 0,
 ) -> tuple[dict[Target, LinearFit], list[str]]:
     """Fit every target with enough samples, FLOP coefficients floored at the GPU's peak
-    FLOP/s for ``precision`` (and the loss's logits pass at its memory bandwidth); the rest fall back to datasheet priors (noted). A peak the
-    samples themselves beat (a probe read on a busy host) is no bound: then the floors are
-    dropped and a note says why, rather than forcing every prediction slow."""
+    FLOP/s for ``precision`` and the loss's logits pass at its memory bandwidth; the rest
+    fall back to datasheet priors (noted). A peak the samples themselves beat (a probe read
+    on a busy host) is no bound: then the FLOP floors are dropped and a note says why, rather
+    than forcing every prediction slow (the bandwidth floor stays: on the CPU it sits ~10×
+    below the fitted cost)."""
     by_target: dict[Target, list[ComputeSample]] = defaultdict(list)
     for s in samples:
         by_target[s.target].append(s)
