@@ -23,6 +23,10 @@ from shardmeter_operator.gpupool.decide import PoolGauges
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 PLAN_LABELS = ("namespace", "trainingplan")
+GRAMS_PER_KG = 1e3
+JOULES_PER_KWH = 3.6e6
+"""Series are in Prometheus' base units (``promtool check metrics``): CO₂e in grams, energy
+in joules; the TrainingPlan status keeps kilograms and kilowatt-hours."""
 
 plan_step_seconds = Gauge(
     "shardmeter_plan_predicted_step_seconds",
@@ -60,15 +64,16 @@ plan_mfu_ratio = Gauge(
     PLAN_LABELS,
     registry=REGISTRY,
 )
-plan_co2_kg = Gauge(
-    "shardmeter_plan_predicted_co2_kilograms",
-    "Predicted CO2 of the whole run at the pools' grid carbon intensity.",
+plan_co2_grams = Gauge(
+    "shardmeter_plan_predicted_co2_grams",
+    "Predicted CO2-equivalent emissions of the whole run at the pools' grid carbon intensity "
+    "(grams: Prometheus' base unit of mass).",
     PLAN_LABELS,
     registry=REGISTRY,
 )
-plan_energy_kwh = Gauge(
-    "shardmeter_plan_predicted_energy_kilowatt_hours",
-    "Predicted facility energy of the whole run (PUE included).",
+plan_energy_joules = Gauge(
+    "shardmeter_plan_predicted_energy_joules",
+    "Predicted facility energy of the whole run, PUE included (joules; 1 kWh = 3.6e6 J).",
     PLAN_LABELS,
     registry=REGISTRY,
 )
@@ -85,8 +90,8 @@ PREDICTION_GAUGES = (
     plan_duration_seconds,
     plan_blocking_seconds,
     plan_mfu_ratio,
-    plan_co2_kg,
-    plan_energy_kwh,
+    plan_co2_grams,
+    plan_energy_joules,
     plan_loss_penalty_ratio,
 )
 plan_infeasible = Gauge(
@@ -117,8 +122,9 @@ plan_prediction_error_ratio = Gauge(
 )
 island_observed_step_seconds = Gauge(
     "shardmeter_island_observed_step_seconds",
-    "Observed inner step of a running island (outer-step stalls removed), by quantile.",
-    (*ISLAND_LABELS, "quantile"),
+    "Observed inner step of a running island (outer-step stalls removed), by percentile "
+    "(50, 90) over the log window; a gauge, so not Prometheus' summary `quantile` label.",
+    (*ISLAND_LABELS, "percentile"),
     registry=REGISTRY,
 )
 island_observed_tokens_per_second = Gauge(
@@ -311,8 +317,8 @@ def set_predictions(namespace: str, name: str, p: Predictions) -> None:
     )
     labels = (namespace, name)
     for gauge, value in (
-        (plan_co2_kg, p.co2_kg),
-        (plan_energy_kwh, p.energy_kwh),
+        (plan_co2_grams, None if p.co2_kg is None else p.co2_kg * GRAMS_PER_KG),
+        (plan_energy_joules, None if p.energy_kwh is None else p.energy_kwh * JOULES_PER_KWH),
         (plan_loss_penalty_ratio, p.quality.loss_penalty_vs_dp if p.quality else None),
     ):
         if value is None:
@@ -346,9 +352,9 @@ def set_observed_island(namespace: str, name: str, island: str, obs: IslandObser
         return
     if obs.error_ratio is not None:
         plan_prediction_error_ratio.labels(*labels).set(obs.error_ratio)
-    island_observed_step_seconds.labels(*labels, "0.5").set(obs.step_seconds_p50)
+    island_observed_step_seconds.labels(*labels, "50").set(obs.step_seconds_p50)
     if obs.step_seconds_p90 is not None:
-        island_observed_step_seconds.labels(*labels, "0.9").set(obs.step_seconds_p90)
+        island_observed_step_seconds.labels(*labels, "90").set(obs.step_seconds_p90)
     if obs.tokens_per_second is not None:
         island_observed_tokens_per_second.labels(*labels).set(obs.tokens_per_second)
     if obs.fragment_sync_seconds is not None:
