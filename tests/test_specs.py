@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -138,6 +140,25 @@ def test_unit_strings() -> None:
     assert link.bandwidth_bytes_per_s == pytest.approx(1.25e9) and link.latency_s == pytest.approx(
         0.03
     )
+
+
+@pytest.mark.parametrize(
+    ("parse", "bad"),
+    [(parse_bandwidth, "10 Gbyte/s"), (parse_seconds, "3 days"), (parse_bytes, "80 GiBs")],
+)
+def test_an_unknown_unit_lists_the_units_as_written_and_each_one_parses(
+    parse: Callable[[str], float], bad: str
+) -> None:
+    with pytest.raises(ValueError, match="unknown unit") as info:
+        parse(bad)
+    listed = str(info.value).split("use one of: ", 1)[1]
+    assert "_" not in listed and "'" not in listed, listed  # no internal keys, no Python list
+    listed = listed.replace("(b: bits, B: bytes)", "")
+    listed = re.sub(r"\((?:also|or) ([^)]*)\)", r", \1", listed)
+    units = [u.strip() for u in listed.split(",") if u.strip()]
+    assert len(units) >= 6
+    for unit in units:
+        assert parse(f"2 {unit}") > 0, unit
 
 
 def test_unknown_preset_error_names_field_and_suggests() -> None:

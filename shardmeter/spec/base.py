@@ -80,7 +80,13 @@ _BANDWIDTH_UNITS = {
     "gib/s": 2**30,
     "tib/s": 2**40,
 }
+_BANDWIDTH_SHOWN = (
+    "bit/s, kbit/s, Mbit/s, Gbit/s, Tbit/s (also Gb/s, Gbps), B/s, kB/s, MB/s, GB/s, TB/s, "
+    "KiB/s, MiB/s, GiB/s, TiB/s (b: bits, B: bytes)"
+)
+"""The bandwidth units as a user writes them (``_BANDWIDTH_UNITS`` keys are normalised)."""
 _TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9, "min": 60.0, "h": 3600.0}
+_TIME_SHOWN = "s, ms, us (or µs), ns, min, h"
 _BYTES_UNITS = {
     "b": 1,
     "kb": 10**3,
@@ -92,17 +98,20 @@ _BYTES_UNITS = {
     "gib": 2**30,
     "tib": 2**40,
 }
+_BYTES_SHOWN = "B, kB, MB, GB, TB, KiB, MiB, GiB, TiB"
 
 
 def _parse(
     value: Any,
     units: Mapping[str, float],
     what: str,
+    shown: str,
     case_sensitive_bits: bool = False,
     integral: bool = False,
 ) -> Any:
     """A number with an optional unit → the number in base units (an ``int`` when
-    ``integral`` and whole: byte counts); anything but a string passes through."""
+    ``integral`` and whole: byte counts); anything but a string passes through. ``shown``
+    lists the units as a user writes them, for the error on an unknown one."""
     if not isinstance(value, str):
         return value
     text = value.strip().replace(" ", "")
@@ -120,9 +129,7 @@ def _parse(
         elif unit == "B/s":
             key = "b/s_bytes"
     if key not in units:
-        raise ValueError(
-            f"unknown unit {unit!r} in {value!r} for {what}; use one of {sorted(units)}"
-        )
+        raise ValueError(f"unknown unit {unit!r} in {value!r} for {what}; use one of: {shown}")
     scaled = number * units[key]
     return (
         round(scaled) if integral and abs(scaled - round(scaled)) <= 1e-6 * abs(scaled) else scaled
@@ -131,17 +138,19 @@ def _parse(
 
 def parse_bandwidth(value: Any) -> Any:
     """``"10 Gbit/s"``, ``"10Gbps"``, ``"25 GB/s"`` → bytes per second; numbers pass through."""
-    return _parse(value, _BANDWIDTH_UNITS, "a bandwidth", case_sensitive_bits=True)
+    return _parse(
+        value, _BANDWIDTH_UNITS, "a bandwidth", _BANDWIDTH_SHOWN, case_sensitive_bits=True
+    )
 
 
 def parse_seconds(value: Any) -> Any:
     """``"30 ms"``, ``"5us"`` → seconds; numbers pass through."""
-    return _parse(value, _TIME_UNITS, "a duration")
+    return _parse(value, _TIME_UNITS, "a duration", _TIME_SHOWN)
 
 
 def parse_bytes(value: Any) -> Any:
     """``"80 GiB"``, ``"141GB"`` → bytes; numbers pass through."""
-    return _parse(value, _BYTES_UNITS, "a size in bytes", integral=True)
+    return _parse(value, _BYTES_UNITS, "a size in bytes", _BYTES_SHOWN, integral=True)
 
 
 def _within(low: float, high: float, shown: str) -> Callable[[float], float]:
