@@ -169,6 +169,35 @@ def test_unknown_preset_error_names_field_and_suggests() -> None:
     assert "did you mean 'h200-141gb-sxm'" in str(err)
 
 
+@pytest.mark.parametrize(
+    ("name", "says", "never"),
+    [
+        # a variant of a preset (memory size in the name): the variant syntax, not another size
+        ("a100-40gb", "{preset: a100, memoryBytes: 40 GB}", "did you mean"),
+        ("h100-94gb", "{preset: h100, memoryBytes: 94 GB}", "did you mean"),
+        # another form factor of a preset's GPU: the preset with the figures that differ
+        ("h100-pcie", "{preset: h100, ", "did you mean"),
+        # another GPU: how to describe one, no preset of a different GPU offered
+        ("b200", "no preset for this GPU", "h200 preset"),
+        ("a10", "no preset for this GPU", "did you mean"),
+        # a typo of a preset name: the preset
+        ("h200-141gb-sxn", "(did you mean 'h200-141gb-sxm'?); presets: a100,", "variant"),
+    ],
+)
+def test_an_unknown_gpu_name_gets_the_variant_syntax_or_a_typo_fix_never_another_gpu(
+    name: str, says: str, never: str
+) -> None:
+    with pytest.raises(SpecError) as info:
+        gpu_from_arg(name)
+    message = str(info.value)
+    assert says in message and never not in message, message
+    assert "; presets: a100, " in message  # a separator before the list
+    if says.endswith("}"):  # the variant syntax offered is accepted as written
+        spec = gpu_from_arg(says)
+        size = int(says.split("memoryBytes: ")[1].split(maxsplit=1)[0])
+        assert spec.memory_bytes == size * 10**9 and spec.name.endswith(f"(memoryBytes={size} GB)")
+
+
 def test_extra_field_is_rejected_with_its_name() -> None:
     with pytest.raises(ValidationError) as info:
         GPUSpec.model_validate({**GPU_PRESETS["l40s"].model_dump(), "colour": "green"})

@@ -328,7 +328,12 @@ def plan_file_page() -> tuple[str, Linker]:
         "## Presets",
         "",
         "A `model`, `gpu`, link or `network` is a preset name or a mapping of the fields "
-        "below (also read from a YAML/JSON file by the CLI's `--model FILE`, `--gpu FILE`, …).",
+        "below (also read from a YAML/JSON file by the CLI's `--model FILE`, `--gpu FILE`, …). "
+        "A variant of a preset is the preset with the fields that differ: "
+        "`gpu: {preset: a100, memoryBytes: 40 GB}` (an A100 40 GB; override its "
+        "`hbmBandwidthBytesPerS` too where it differs), `model: {preset: llama-3.1-8b, "
+        "numLayers: 16}`; outputs name it after the preset and the overrides "
+        "(`A100-80GB-SXM (memoryBytes=40 GB)`).",
         "",
         *presets_section("Models", MODEL_PRESETS, "TransformerSpec"),
         *presets_section("GPUs", [*GPU_PRESETS, *GPU_ALIASES], "GPUSpec; aliases included"),

@@ -13,6 +13,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from shardmeter.errors import SpecError, spec_error_from_validation
+from shardmeter.spec.gpu_names import explain_unknown_gpu
 from shardmeter.spec.hardware import (
     GPU_LOOKUP,
     LINK_PRESETS,
@@ -22,7 +23,7 @@ from shardmeter.spec.hardware import (
     NetworkSpec,
 )
 from shardmeter.spec.model import MODEL_PRESETS, TransformerSpec
-from shardmeter.spec.presets import lookup, resolve
+from shardmeter.spec.presets import Explain, lookup, resolve
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -279,25 +280,39 @@ def _inline(text: str, flag: str) -> Any:
     return data
 
 
-def _preset_or_file(value: str, presets: dict[str, M], model: type[M], what: str, flag: str) -> M:
+def _preset_or_file(
+    value: str,
+    presets: dict[str, M],
+    model: type[M],
+    what: str,
+    flag: str,
+    explain: Explain | None = None,
+) -> M:
     """A preset name, an inline mapping or a YAML/JSON file; a mapping (inline or in the file)
-    may be ``{preset: NAME, <overrides>}`` — the preset with only the named fields changed."""
+    may be ``{preset: NAME, <overrides>}`` — the preset with only the named fields changed.
+    ``explain`` says what an unknown preset name may be (`shardmeter.spec.presets.lookup`)."""
     text = value.strip()
     if text.startswith("{"):
-        return _from_mapping(_inline(text, flag), presets, model, what, flag, "")
+        return _from_mapping(_inline(text, flag), presets, model, what, flag, "", explain)
     if _looks_like_file(value):
-        return _from_mapping(read_document(value), presets, model, what, "", value)
+        return _from_mapping(read_document(value), presets, model, what, "", value, explain)
     try:
-        return lookup(presets, value, what)
+        return lookup(presets, value, what, explain)
     except ValueError as exc:
         raise SpecError(flag, str(exc)) from exc
 
 
 def _from_mapping(
-    data: Any, presets: dict[str, M], model: type[M], what: str, where: str, source: str
+    data: Any,
+    presets: dict[str, M],
+    model: type[M],
+    what: str,
+    where: str,
+    source: str,
+    explain: Explain | None = None,
 ) -> M:
     try:
-        data = resolve(data, presets, what)
+        data = resolve(data, presets, what, explain)
     except ValueError as exc:
         raise SpecError(f"{where}.preset" if where else "preset", str(exc), source) from exc
     return validate(model, data, where, source)
@@ -310,7 +325,7 @@ def model_from_arg(value: str, flag: str = "--model") -> TransformerSpec:
 
 
 def gpu_from_arg(value: str, flag: str = "--gpu") -> GPUSpec:
-    return _preset_or_file(value, GPU_LOOKUP, GPUSpec, "GPU", flag)
+    return _preset_or_file(value, GPU_LOOKUP, GPUSpec, "GPU", flag, explain_unknown_gpu)
 
 
 def link_from_arg(value: str, flag: str = "--link") -> LinkSpec:

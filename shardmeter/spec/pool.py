@@ -10,6 +10,7 @@ from typing import Annotated, Any
 from pydantic import BeforeValidator, Field, field_validator, model_validator
 
 from shardmeter.spec.base import SpecModel
+from shardmeter.spec.gpu_names import explain_unknown_gpu
 from shardmeter.spec.hardware import (
     GPU_LOOKUP,
     LINK_PRESETS,
@@ -23,7 +24,7 @@ from shardmeter.spec.presets import resolve
 
 
 def _resolve_gpu(value: Any) -> Any:
-    return resolve(value, GPU_LOOKUP, "GPU")
+    return resolve(value, GPU_LOOKUP, "GPU", explain_unknown_gpu)
 
 
 def _resolve_network(value: Any) -> Any:
