@@ -106,3 +106,31 @@ def test_doc_example_runs(where: str, script: str, tmp_path: Path) -> None:
         check=False,
     )
     assert result.returncode == 0, f"{where} failed:\n{script}\n{result.stdout}\n{result.stderr}"
+
+
+def test_the_model_doc_states_the_auto_fragment_rule_the_planner_follows() -> None:
+    """docs/model.md's rule for ``fragments: auto`` (nearest blocks ÷ layersPerFragment, not
+    the fewest) and its worked example hold against the case study's golden plan."""
+    import json
+
+    from shardmeter.plan.schema import load_plan
+    from shardmeter.spec.training import StrategySpec
+
+    text = " ".join((REPO / "docs" / "model.md").read_text(encoding="utf-8").split())
+    rule = text[text.index("**Convergence guard-rails**") :]
+    rule = rule[: rule.index("**No plan**")]
+    assert "nearest blocks ÷ `layersPerFragment`" in rule and "not the fewest" in rule
+    example = re.search(
+        r"case study's (\d+) blocks ÷ `layersPerFragment` (\d+) give `fragments` (\d+) at "
+        r"`syncEvery` (\d+)",
+        rule,
+    )
+    assert example, "the worked example is gone from docs/model.md"
+    blocks, per, fragments, sync_every = map(int, example.groups())
+    spec, _ = load_plan(str(REPO / "examples" / "case-study.yaml"), [])
+    assert blocks == spec.model.num_layers
+    assert per == StrategySpec.model_fields["layers_per_fragment"].default
+    golden = json.loads((REPO / "tests" / "golden" / "case_study.json").read_text())["chosen"]
+    assert (fragments, sync_every) == (golden["fragments"], golden["sync_every"])
+    divisors = [f for f in range(1, sync_every + 1) if sync_every % f == 0]
+    assert fragments == min(divisors, key=lambda f: (abs(f - blocks / per), f)) != min(divisors)
