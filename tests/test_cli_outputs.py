@@ -7,6 +7,7 @@ one thing, and ``plan`` writes files only with ``--out``."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +17,9 @@ from test_plan_timelimit import BuildClock
 
 from shardmeter.cli.main import main
 from shardmeter.output import plan_plots
+from shardmeter.output.plan_text import plans_table
 from shardmeter.plan import search as search_module
-from shardmeter.plan.result import PlanSummary, build_result, top_indices
+from shardmeter.plan.result import PlanSummary, build_result, summarise, top_indices
 from shardmeter.plan.schema import load_plan
 from shardmeter.plan.search import search
 
@@ -137,11 +139,41 @@ def test_paper_figure_and_diloco_lines_only_where_they_mean_something(
     assert "Streaming DiLoCo:" not in out and "outer-step overhead" not in out
     assert "one island: its outer optimizer steps every" in out
     assert not (tmp_path / "out").exists(), "no files without --out"
-    assert main(["plan", str(CASE), "--progress", "none"]) == 0
+    assert main(["plan", str(CASE), "--progress", "none", "--details"]) == 0
     out = capsys.readouterr().out
     assert "paper §V" in out and "the chosen plan)" in out and "ties: " in out
     assert "Streaming DiLoCo:" in out
     assert list(tmp_path.iterdir()) == [tmp_path / "p.yaml"]
+
+
+def test_plan_is_short_by_default_and_details_add_the_rest(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The case study's default text: times in human units (three figures: '3.31 s', not
+    '3312.53 ms'), no quality basis, tie rule, settings reasoning or paper comparison — one
+    line says --details adds them; --details prints each of them."""
+    assert main(["plan", str(CASE), "--progress", "none"]) == 0
+    short = capsys.readouterr().out
+    assert main(["plan", str(CASE), "--progress", "none", "--details"]) == 0
+    full = capsys.readouterr().out
+    extras = (
+        "  basis: Scaling Laws for DiLoCo",
+        "ties: ",
+        "settings: ",
+        "paper §V: ",
+        "  energy  ",
+    )
+    for text in extras:
+        assert text not in short and text in full, text
+    assert "--details adds" in short and "--details adds" not in full
+    assert "DP-eq. tokens/s" in short and "DP-eq. tokens/s" in full
+    for out in (short, full):
+        times = re.findall(r"(\d[\d,.]*) (?:µs|ms|s|min)\b", out)
+        assert times and all(
+            len(t.replace(",", "").replace(".", "").lstrip("0")) <= 3 for t in times
+        ), times
+        assert "within 99.0 % of the best throughput" in out
+    assert max(len(line) for line in short.splitlines() if "  " not in line) < 240
 
 
 def test_time_limit_gives_a_proven_gap_never_an_exact_frontier(
@@ -168,3 +200,33 @@ def test_a_limit_shorter_than_building_the_space_says_so(
     search_line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("search:"))
     assert "candidate shapes not simulated (no gap proven)" in search_line
     assert data["files"] == {}
+
+
+@pytest.mark.parametrize("quality_adjusted", [True, False])
+def test_top20_plots_and_labels_what_the_frontier_table_shows(
+    quality_adjusted: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """top20.png's bars carry the table's own strings for the same plans: its "DP-eq.
+    tokens/s" column when the objective is quality-adjusted (the axis and legend say
+    DP-eq.), its plain "tokens/s" otherwise — never a plain label on DP-eq. figures."""
+    spec = yaml.safe_load(CASE.read_text())
+    spec["objective"]["qualityAdjusted"] = quality_adjusted
+    f = tmp_path / "p.yaml"
+    f.write_text(yaml.safe_dump(spec))
+    result = build_result(search(load_plan(str(f), [])[0]))
+    plans = [summarise(result.output, result.output.evaluated, i) for i in top_indices(result, 20)]
+    figures: list[Any] = []
+    monkeypatch.setattr(plan_plots, "save_figure", lambda fig, path: figures.append(fig) or path)
+    plan_plots.plot_top(plans, tmp_path / "t.png", "", result.chosen, 0.99)
+    ax, ax2 = figures[0].axes[:2]
+    bars = [t.get_text() for t in ax.texts]
+    table = plans_table(plans, result.chosen).splitlines()
+    header = table[0]
+    column = "DP-eq. tokens/s" if quality_adjusted else "tokens/s"
+    end = header.index(column) + len(column)  # right-aligned: a cell ends where its header does
+    cells = [" ".join(row[:end].split()[-2:]) for row in table[2:]]
+    assert bars == cells and len(bars) == 20
+    name = "DP-eq. " if quality_adjusted else ""
+    assert ax.get_ylabel().startswith(f"{name}tokens/s") and ax2.get_ylabel() == f"{name}cost (USD)"
+    if quality_adjusted:
+        assert bars[0] != " ".join(table[2][: header.index("tokens/s") + 8].split()[-2:])

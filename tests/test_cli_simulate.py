@@ -141,3 +141,29 @@ def test_bad_input_exits_2_with_one_line(args: list[str], message: str) -> None:
     assert result.returncode == 2, result.stdout
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], result.stderr
+
+
+def test_simulate_is_short_by_default_and_details_add_the_rest(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Streaming DiLoCo over a fabric that hides it: the default text has the busy times, the
+    longest fragment all_reduce and the quality's figures; --details adds the idle time, each
+    fragment's all_reduce, the quality's basis and why these settings."""
+    args = [*BASE, "--strategy", "streaming-diloco", "--islands", "4"]
+    assert main(args) == 0
+    short = capsys.readouterr().out
+    assert main([*args, "--details"]) == 0
+    full = capsys.readouterr().out
+    for text in ("compute idle: ", "  basis: ", "hides behind"):
+        assert text not in short and text in full, text
+    assert "fragment all_reduce: up to " in short and "--details lists each" in short
+    assert "quality: eval loss" in short and "compute busy" in short
+
+
+def test_simulate_always_says_what_would_hide_blocking(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    args = [*BASE, "--strategy", "diloco", "--islands", "4", "--outer-link", "wan-1g-80ms"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "blocking per outer step 0;" not in out and "no zero-blocking settings" in out

@@ -27,7 +27,7 @@ from shardmeter.cost.coefficients import CoefficientsDocument
 from shardmeter.errors import SpecError
 from shardmeter.output.plan_json import result_dict
 from shardmeter.output.plan_plots import plot_frontier, plot_top
-from shardmeter.output.plan_text import render_text
+from shardmeter.output.plan_text import DETAILS_HINT, render_text
 from shardmeter.output.sim_plots import plot_timeline
 from shardmeter.output.trace import write_trace
 from shardmeter.plan.bnb import Progress, ProgressCallback
@@ -95,6 +95,7 @@ def add_parser(sub: Any) -> None:
         help="frontier rows to print (0–100,000)",
     )
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    p.add_argument("--details", action="store_true", help=DETAILS_HINT.removeprefix("--details "))
     p.add_argument(
         "--time-limit",
         type=float_arg(0, MAX_TIME_LIMIT_S, low_open=True, unit=" seconds"),
@@ -223,6 +224,7 @@ def write_files(result: PlanResult, folder: Path, colour_by: str = "none") -> di
     obj = out.spec.objective
     fraction = obj.throughput_fraction if obj.kind is ObjectiveKind.THROUGHPUT_FRACTION else None
     s = result.spread
+    eq = " DP-eq." if result.chosen.ranked_by_quality else ""
     files = {
         "frontier": str(
             plot_frontier(
@@ -241,10 +243,15 @@ def write_files(result: PlanResult, folder: Path, colour_by: str = "none") -> di
                 folder / "top20.png",
                 f"{title}: the {len(top)} highest-throughput plans (ties in the canonical order)"
                 + (
-                    f"\n{s.plans} plans within {s.throughput_fraction:.0%} of the best throughput "
-                    f"cost USD {s.min_cost_usd:,.0f} to {s.max_cost_usd:,.0f} ({s.spread:.1%} "
-                    f"spread); the chosen plan saves {result.saving_vs_fastest:.1%} against the "
-                    "fastest"
+                    ", data-parallel-equivalent as the objective ranks them"
+                    if result.chosen.ranked_by_quality
+                    else ""
+                )
+                + (
+                    f"\n{s.plans} plans within {s.throughput_fraction:.0%} of the best{eq} "
+                    f"throughput have a{eq} cost of USD {s.min_cost_usd:,.0f} to "
+                    f"{s.max_cost_usd:,.0f} ({s.spread:.1%} spread); the chosen plan saves "
+                    f"{result.saving_vs_fastest:.1%} against the fastest"
                     if fraction is not None
                     else f"\nchosen by {obj.kind.value}"
                 ),
@@ -286,5 +293,5 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(result_dict(result, top_by_throughput(result, 20), files))
     else:
-        print(render_text(result, files, args.rows))
+        print(render_text(result, files, args.rows, args.details))
     return 0

@@ -86,6 +86,11 @@ FLAGS: dict[str, str] = {
 }
 """Errors about the strategy's fields name the flags that set them."""
 
+DETAILS_HELP = (
+    "also print where the step's idle time goes, the quality's basis, every fragment's "
+    "all_reduce and why these DiLoCo settings where nothing blocks (the JSON always has them)"
+)
+
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser(
@@ -154,6 +159,7 @@ def add_parser(sub: Any) -> None:
         metavar="FILE.png",
         help="write a micro-batch sweep PNG here (cost-model mode)",
     )
+    o.add_argument("--details", action="store_true", help=DETAILS_HELP)
     add_ignore_memory_flag(p)
     p.set_defaults(run=run, flags={**MODEL_POOL_FLAGS, **FLAGS})
 
@@ -211,6 +217,7 @@ def _step_dict(r: StepResult, tokens: int | None, mfu: float | None) -> dict[str
         "mfu": mfu,
         "bottleneck": r.verdict,
         "evidence": r.evidence(),
+        "busy": r.busy(),
         "compute_busy_s": r.compute_busy_s,
         "comm_busy_s": r.comm_busy_s,
         "compute_idle_s": r.compute_idle_s,
@@ -239,7 +246,7 @@ def _diloco_dict(res: DiLoCoResult, choice: SettingsChoice | None, link: str) ->
     return out
 
 
-def _render(p: dict[str, Any]) -> str:
+def _render(p: dict[str, Any], details: bool = False) -> str:
     if "step" not in p:  # does not fit: what was asked and its memory, no step
         m = p["memory"]
         return "\n".join(
@@ -264,7 +271,7 @@ def _render(p: dict[str, Any]) -> str:
         head += f"; MFU {fmt.mfu(st['mfu'], p['peak_flop_per_s'])}"
     lines += [
         head,
-        f"bottleneck: {st['bottleneck']} — {st['evidence']}",
+        f"bottleneck: {st['bottleneck']} — {st['evidence'] if details else st['busy']}",
         "critical path: "
         + ", ".join(f"{k} {fmt.percent(v)}" for k, v in st["critical_path_share"].items()),
     ]
@@ -276,7 +283,7 @@ def _render(p: dict[str, Any]) -> str:
             f"quality: eval loss {100 * q['loss_penalty_vs_dp']:+.2f} % ± "
             f"{100 * q['loss_penalty_uncertainty']:.2f} pp against data-parallel; "
             f"×{q['equivalent_token_factor']:.3f} tokens ({lo:.3f}–{hi:.3f}) to reach its loss",
-            f"  basis: {q['basis']}",
+            *([f"  basis: {q['basis']}"] if details else []),
             *[f"  warning: {w}" for w in q["warnings"]],
         ]
     if e:
@@ -293,19 +300,28 @@ def _render(p: dict[str, Any]) -> str:
             f"{p['strategy']} across {p['islands']} island(s) over {d['outer_link']}:",
             f"  settings: syncEvery {d['sync_every']}, fragments {d['fragments']}, "
             f"fragmentSyncDelay {d['fragment_sync_delay']}",
-            "  fragment all_reduce: "
-            + ", ".join(fmt.seconds(x) for x in d["fragment_all_reduce_s"][:8])
-            + (" …" if len(d["fragment_all_reduce_s"]) > 8 else ""),
+            _fragment_all_reduces(d["fragment_all_reduce_s"], details),
             f"  outer step every {fmt.seconds(d['period_s'])}; blocking per outer step "
             f"{fmt.seconds(d['blocking_s_per_outer_step'])}; slowdown vs no DiLoCo communication "
             f"{fmt.percent(d['slowdown'])}",
         ]
-        if d.get("recommendation"):
-            lines.append(f"  {d['recommendation']}")
+        if d.get("recommendation") and (details or d["blocking_s_per_outer_step"] > 0):
+            lines.append(f"  {d['recommendation']}")  # what would hide blocking: always
     for label in ("trace", "png", "sweep_png"):
         if p.get(label):
             lines.append(f"wrote {p[label]}")
     return "\n".join(lines)
+
+
+def _fragment_all_reduces(seconds: list[float], details: bool) -> str:
+    """The fragments' all_reduce times: the longest (and how many) by default, each one with
+    ``details``."""
+    if details or len(seconds) == 1:
+        return "  fragment all_reduce: " + ", ".join(fmt.seconds(x) for x in seconds)
+    return (
+        f"  fragment all_reduce: up to {fmt.seconds(max(seconds))} "
+        f"({len(seconds)} fragments; --details lists each)"
+    )
 
 
 def _from_durations(args: argparse.Namespace) -> dict[str, Any]:
@@ -482,7 +498,7 @@ def run(args: argparse.Namespace) -> int:
         if args.json:
             emit_json(payload)
         else:
-            print(_render(payload))
+            print(_render(payload, args.details))
         return EXIT_DOES_NOT_FIT
     schedule = payload.pop("_schedule")
     inner = payload.pop("_inner")
@@ -512,5 +528,5 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(payload)
     else:
-        print(_render(payload))
+        print(_render(payload, args.details))
     return 0

@@ -4,20 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from shardmeter.spec.base import format_seconds
 
-def seconds(value: float) -> str:
-    """0.0123 → '12.30 ms'; 5400 → '1.50 h'."""
-    if value == 0:
-        return "0"
-    if value < 1e-3:
-        return f"{value * 1e6:.1f} µs"
-    if value < 1:
-        return f"{value * 1e3:.2f} ms"
-    if value < 120:
-        return f"{value:.2f} s"
-    if value < 7200:
-        return f"{value / 60:.1f} min"
-    return f"{value / 3600:.1f} h"
+seconds = format_seconds
+"""0.0123 → '12.3 ms'; 36.41 → '36.4 s'; 5400 → '90.0 min' (`shardmeter.spec.base.format_seconds`)."""
 
 
 def gib(value: float) -> str:

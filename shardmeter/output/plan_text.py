@@ -26,52 +26,44 @@ def _penalty(p: PlanSummary) -> str:
     return f"{100 * q.loss_penalty_vs_dp:+.2f} %"
 
 
-def plans_table(plans: list[PlanSummary], chosen: PlanSummary) -> str:
+def plans_table(plans: list[PlanSummary], chosen: PlanSummary, details: bool = False) -> str:
     """Each plan's figures for the requested tokens and, where DiLoCo costs quality, what
-    reaching data-parallel's loss takes (the figures a quality-adjusted objective ranks)."""
+    reaching data-parallel's loss takes (the "DP-eq." figures a quality-adjusted objective
+    ranks and the top-20 chart plots). ``details`` adds the token factor and the energy."""
     rows = []
     for p in plans:
         mark = "→" if p.layout == chosen.layout else " "
-        rows.append(
-            [
-                f"{mark} {p.label}",
-                p.gpus,
-                fmt.si(p.tokens_per_s),
-                f"{p.hours:,.1f}",
-                fmt.usd(p.cost_usd),
-                _penalty(p),
-                f"×{p.quality.equivalent_token_factor:.3f}",
-                f"{p.dp_equivalent_hours:,.1f}",
-                fmt.usd(p.dp_equivalent_cost_usd),
-                fmt.energy(p.energy_kwh),
-                fmt.mass(p.co2_kg),
-                fmt.percent(p.mfu),
-                _blocking(p),
-            ]
-        )
-    return fmt.table(
-        [
-            "plan (islands×nodes×GPUs)",
-            "GPUs",
-            "tokens/s",
-            "hours",
-            "cost",
-            "loss vs DP",
-            "tokens",
-            "DP-eq. h",
-            "DP-eq. cost",
-            "energy",
-            "CO₂e",
-            "MFU",
-            "blocking/outer step",
-        ],
-        rows,
-        "lrrrrrrrrrrrr",
-    )
+        factor = p.quality.equivalent_token_factor
+        row: list[object] = [
+            f"{mark} {p.label}",
+            p.gpus,
+            fmt.si(p.tokens_per_s),
+            f"{p.hours:,.1f}",
+            fmt.usd(p.cost_usd),
+            _penalty(p),
+        ]
+        if details:
+            row.append(f"×{factor:.3f}")
+        row += [
+            fmt.si(p.tokens_per_s / factor),
+            f"{p.dp_equivalent_hours:,.1f}",
+            fmt.usd(p.dp_equivalent_cost_usd),
+        ]
+        if details:
+            row.append(fmt.energy(p.energy_kwh))
+        row += [fmt.mass(p.co2_kg), fmt.percent(p.mfu), _blocking(p)]
+        rows.append(row)
+    headers = ["plan (islands×nodes×GPUs)", "GPUs", "tokens/s", "hours", "cost", "loss vs DP"]
+    headers += ["tokens"] if details else []
+    headers += ["DP-eq. tokens/s", "DP-eq. h", "DP-eq. cost"]
+    headers += ["energy"] if details else []
+    headers += ["CO₂e", "MFU", "blocking/outer step"]
+    return fmt.table(headers, rows, "l" + "r" * (len(headers) - 1))
 
 
-def footprint_lines(c: PlanSummary) -> list[str]:
-    """The chosen plan's quality, energy, CO₂e, egress and billing, one line each."""
+def footprint_lines(c: PlanSummary, details: bool = False) -> list[str]:
+    """The chosen plan's quality, energy, CO₂e, egress and billing, one line each; the
+    quality's basis (its sources and uncertainty budget) only with ``details``."""
     q = c.quality
     lo, hi = q.equivalent_token_factor_range
     lines = []
@@ -84,7 +76,8 @@ def footprint_lines(c: PlanSummary) -> list[str]:
             f"{fmt.energy(c.dp_equivalent_energy_kwh)}, {fmt.mass(c.dp_equivalent_co2_kg)} CO₂e"
             + (" (what the objective ranked)" if c.ranked_by_quality else "")
         )
-        lines.append(f"  basis: {q.basis}")
+        if details:
+            lines.append(f"  basis: {q.basis}")
     else:
         lines.append(f"quality: {q.basis}")
     lines += [f"  warning: {w}" for w in q.warnings]
@@ -131,7 +124,21 @@ def search_line(result: PlanResult) -> str:
     )
 
 
-def render_text(result: PlanResult, files: dict[str, str] | None = None, rows: int = 10) -> str:
+DETAILS_HINT = (
+    "--details adds the token factor and energy columns, where the step's time goes, the "
+    "quality's basis, why these DiLoCo settings when nothing blocks, the tie-break rule and "
+    "the paper's §V figure"
+)
+
+
+def render_text(
+    result: PlanResult,
+    files: dict[str, str] | None = None,
+    rows: int = 10,
+    details: bool = False,
+) -> str:
+    """``shardmeter plan``'s text: short by default; ``details`` adds what `DETAILS_HINT`
+    lists."""
     out = result.output
     spec = out.spec
     c, d = result.chosen, result.detail
@@ -162,10 +169,10 @@ def render_text(result: PlanResult, files: dict[str, str] | None = None, rows: i
             else "by the figures for the requested tokens (objective.qualityAdjusted: false)"
         )
         + (f"; CO₂e budget {fmt.mass(obj.co2_budget_kg)}" if obj.co2_budget_kg else ""),
-        f"ties: {TIE_BREAK}",
+        *([f"ties: {TIE_BREAK}"] if details else []),
         "",
         "Pareto frontier (fastest first):",
-        plans_table(result.frontier[:rows], c),
+        plans_table(result.frontier[:rows], c, details),
     ]
     if len(result.frontier) > rows:
         lines.append(f"  … {len(result.frontier) - rows} more on the frontier (see --json)")
@@ -213,8 +220,8 @@ def render_text(result: PlanResult, files: dict[str, str] | None = None, rows: i
             if spec.training.precision.value == "fp8"
             else ""
         ),
-        f"bottleneck: {d.bottleneck} — {d.evidence}",
-        *footprint_lines(c),
+        f"bottleneck: {d.bottleneck} — {d.evidence if details else d.evidence_summary or d.evidence}",
+        *footprint_lines(c, details),
     ]
     if d.diloco is not None and multi:
         r = d.diloco
@@ -228,24 +235,27 @@ def render_text(result: PlanResult, files: dict[str, str] | None = None, rows: i
             else f"DiLoCo: syncEvery {c.sync_every} over {d.outer_link}; all_reduce "
             f"{fmt.seconds(max(r.fragment_all_reduce_s))} per outer step; slowdown {fmt.percent(r.slowdown)}"
         )
-        if d.settings_reason:
-            lines.append(f"settings: {d.settings_reason}")
+        if d.settings_reason and (details or r.blocking_s_per_outer_step > 0):
+            lines.append(f"settings: {d.settings_reason}")  # what would hide blocking: always
     elif d.diloco is not None:  # one island: no outer all_reduce, fragments or overlap
         lines.append(
             f"one island: its outer optimizer steps every {c.sync_every} inner steps "
             "(syncEvery); nothing is exchanged between islands"
         )
-    lines += paper_reading(result)
+    lines += paper_reading(result, details)
     for note in out.notes:
         lines.append(f"note: {note}")
+    if not details:
+        lines.append(f"({DETAILS_HINT})")
     if files:
         lines += ["", *[f"wrote {v}" for v in files.values()]]
     return "\n".join(lines)
 
 
-def paper_reading(result: PlanResult) -> list[str]:
+def paper_reading(result: PlanResult, details: bool = False) -> list[str]:
     """The paper's §V reading: what the chosen plan saves against the fastest, and how much
-    the plans within the throughput tolerance differ in cost."""
+    the plans within the throughput tolerance differ in cost (with ``details``, beside the
+    paper's own figure)."""
     c, f, s = result.chosen, result.fastest, result.spread
     lines = []
     ranked = " (data-parallel-equivalent)" if c.ranked_by_quality else ""
@@ -266,8 +276,12 @@ def paper_reading(result: PlanResult) -> list[str]:
         f"{fmt.usd(s.min_cost_usd)} ({s.cheapest}"
         + (", the chosen plan" if s.cheapest == c.label else "")
         + f") to {fmt.usd(s.max_cost_usd)} "
-        f"({s.dearest}): the cheapest saves {fmt.percent(s.spread)} against the dearest "
-        f"(paper §V: the chosen plan saved 21.69 % against the fastest; here "
-        f"{fmt.percent(result.saving_vs_fastest)})"
+        f"({s.dearest}): the cheapest saves {fmt.percent(s.spread)} against the dearest"
+        + (
+            " (paper §V: the chosen plan saved 21.69 % against the fastest; here "
+            f"{fmt.percent(result.saving_vs_fastest)})"
+            if details
+            else ""
+        )
     )
     return lines

@@ -35,6 +35,7 @@ from shardmeter.sim.settings import (
     choose_sync_every,
     search_settings,
 )
+from shardmeter.spec.base import format_seconds
 from shardmeter.spec.training import StrategyKind, StreamingSettings
 
 
@@ -251,6 +252,9 @@ class ChosenDetail:
     """One FSDP step per island group (at its micro-batch and accumulation)."""
     bottleneck: Bottleneck
     evidence: str
+    """What shows the bottleneck: the binding island's busy and idle times, or the blocking."""
+    evidence_summary: str = ""
+    """``evidence`` in one clause: busy times only (the CLI's default; empty: ``evidence``)."""
     diloco: DiLoCoResult | None = None
     outer_link: str | None = None
     settings_reason: str = ""
@@ -327,11 +331,13 @@ def simulate_chosen(out: SearchOutput, plan: PlanSummary, rounds: int = 3) -> Ch
             islands.append(DiLoCoIsland(f"{g.pool}-{k}", ctx.cost_model, table.shape, step.step_s))
             placements.append(IslandPlacement(ctx.cost_model, table.ranks))
     binding = max(range(len(steps)), key=lambda i: steps[i].step_s)
-    bottleneck, evidence = (
+    label = plan.groups[binding].label
+    detail = ChosenDetail(
+        steps,
         steps[binding].verdict,
-        f"{plan.groups[binding].label}: {steps[binding].evidence()}",
+        f"{label}: {steps[binding].evidence()}",
+        f"{label}: {steps[binding].busy()}",
     )
-    detail = ChosenDetail(steps, bottleneck, evidence)
     spec = out.spec
     if spec.strategy.kind is not StrategyKind.FSDP:
         link = outer_link(placements)
@@ -355,9 +361,9 @@ def simulate_chosen(out: SearchOutput, plan: PlanSummary, rounds: int = 3) -> Ch
         )
         if blocks(outcome.result.blocking_s_per_outer_step):
             detail.bottleneck = Bottleneck.OUTER_STEP
-            detail.evidence = (
-                f"compute blocks {outcome.result.blocking_s_per_outer_step:.3g} s per outer step "
-                f"waiting on the outer all_reduce ({link.description})"
+            detail.evidence = detail.evidence_summary = (
+                f"compute blocks {format_seconds(outcome.result.blocking_s_per_outer_step)} per "
+                f"outer step waiting on the outer all_reduce ({link.description})"
             )
     return detail
 

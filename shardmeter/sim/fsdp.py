@@ -42,6 +42,7 @@ from shardmeter.cost.stragglers import straggler_factor
 from shardmeter.errors import SpecError
 from shardmeter.sim.bottleneck import Bottleneck
 from shardmeter.sim.engine import Category, Kind, Schedule, TaskGraph, simulate
+from shardmeter.spec.base import format_seconds
 from shardmeter.spec.training import GradientSync
 
 DEFAULT_MAX_INFLIGHT = 2
@@ -310,20 +311,24 @@ class StepResult:
     def evidence(self) -> str:
         waits = (
             ", ".join(
-                f"{v * 1e3:.2f} ms waiting on {k}"
+                f"{format_seconds(v)} waiting on {k}"
                 for k, v in sorted(self.compute_idle_s.items())
                 if v > 0
             )
             or "no idle time"
         )
         contention = (
-            f"; {self.interference_s * 1e3:.2f} ms lost to comm/compute contention"
+            f"; {format_seconds(self.interference_s)} lost to comm/compute contention"
             if self.interference_s > 0
             else ""
         )
+        return f"{self.busy()}; compute idle: {waits}{contention}"
+
+    def busy(self) -> str:
+        """The short form of `evidence`: how busy each stream was in the step."""
         return (
-            f"compute busy {self.compute_busy_s * 1e3:.2f} ms, comm busy {self.comm_busy_s * 1e3:.2f} ms "
-            f"of {self.step_s * 1e3:.2f} ms; compute idle: {waits}{contention}"
+            f"compute busy {format_seconds(self.compute_busy_s)}, comm busy "
+            f"{format_seconds(self.comm_busy_s)} of {format_seconds(self.step_s)}"
         )
 
 

@@ -170,6 +170,32 @@ def _within(low: float, high: float, shown: str) -> Callable[[float], float]:
     return check
 
 
+def format_seconds(value: float) -> str:
+    """A duration in the unit a reader takes in at a glance, three significant figures:
+    0.0000523 → '52.3 µs'; 0.33956 → '340 ms'; 3.3 → '3.30 s'; 36.41355 → '36.4 s';
+    194 → '3.23 min'; 12_600 → '3.50 h'. Presentation and the simulator's evidence strings share it."""
+    if value == 0:
+        return "0"
+    rounded = float(f"{value:.3g}")  # the unit follows the figure shown: 0.9996 → '1 s'
+    for limit, factor, unit in (
+        (1e-6, 1e9, "ns"),
+        (1e-3, 1e6, "µs"),
+        (1.0, 1e3, "ms"),
+        (120.0, 1.0, "s"),
+        (7200.0, 1 / 60, "min"),
+    ):
+        if abs(rounded) < limit:
+            return f"{_three_figures(value * factor)} {unit}"
+    return f"{_three_figures(value / 3600)} h"
+
+
+def _three_figures(x: float) -> str:
+    """3.3 → '3.30', 339.56 → '340', 1234.5 → '1235' (no exponent)."""
+    if abs(x) >= 1000:
+        return f"{x:,.0f}"
+    return f"{x:#.3g}".rstrip(".")
+
+
 def _show(value: float, unit: str) -> str:
     if unit == "B/s":
         for factor, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
