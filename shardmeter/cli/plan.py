@@ -28,7 +28,7 @@ from shardmeter.errors import SpecError
 from shardmeter.output.plan_json import result_dict
 from shardmeter.output.plan_plots import plot_frontier, plot_top
 from shardmeter.output.plan_text import DETAILS_HINT, render_text
-from shardmeter.output.sim_plots import plot_timeline
+from shardmeter.output.sim_plots import diloco_caption, outer_step_window, plot_timeline
 from shardmeter.output.trace import write_trace
 from shardmeter.plan.bnb import Progress, ProgressCallback
 from shardmeter.plan.result import (
@@ -40,6 +40,7 @@ from shardmeter.plan.result import (
 )
 from shardmeter.plan.schema import ObjectiveKind, PlanSpec, load_plan
 from shardmeter.plan.search import search
+from shardmeter.spec.base import format_seconds
 
 PROGRESS_AFTER_S = 2.0
 """Searches shorter than this show no progress."""
@@ -262,17 +263,22 @@ def write_files(result: PlanResult, folder: Path, colour_by: str = "none") -> di
         ),
     }
     d = result.detail
+    c = result.chosen
+    window: tuple[float, float] | None = None
     if d.diloco is not None:
         schedule = d.diloco.schedule
-        step = max(st.step_s for st in d.steps)
-        span = min(d.diloco.period_s, max(6, 2 * d.diloco.settings.window) * step * 1.05)
-        begin = schedule.makespan_s - d.diloco.period_s
-        window: tuple[float, float] | None = (begin, begin + span)
+        shown = outer_step_window(d.diloco, max(st.step_s for st in d.steps))
+        window = (shown.start_s, shown.end_s)
+        caption = (
+            diloco_caption(out.spec.strategy.kind.value, c.islands, d.outer_link or "", d.diloco)
+            + "\n"
+            + shown.caption
+        )
     else:
         schedule = d.steps[0].schedule
-        window = None
+        caption = f"fsdp: one island; shown: one step ({format_seconds(d.steps[0].step_s)})"
     files["timeline"] = str(
-        plot_timeline(schedule, folder / "timeline.png", f"chosen: {result.chosen.label}", window)
+        plot_timeline(schedule, folder / "timeline.png", f"chosen: {c.label}\n{caption}", window)
     )
     files["trace"] = str(
         write_trace(schedule, folder / "trace.json", f"shardmeter plan: {result.chosen.label}")

@@ -34,7 +34,13 @@ from shardmeter.cost.model import CostModel
 from shardmeter.cost.quality import strategy_quality
 from shardmeter.errors import SpecError
 from shardmeter.output import format as fmt
-from shardmeter.output.sim_plots import SweepPoint, plot_batch_sweep, plot_timeline
+from shardmeter.output.sim_plots import (
+    SweepPoint,
+    diloco_caption,
+    outer_step_window,
+    plot_batch_sweep,
+    plot_timeline,
+)
 from shardmeter.output.trace import write_trace
 from shardmeter.sim.bottleneck import Bottleneck, blocks
 from shardmeter.sim.diloco import (
@@ -434,10 +440,15 @@ def _from_cost_model(args: argparse.Namespace) -> dict[str, Any]:
                 )
             )
             b *= 2
+        sweep_title = (
+            f"{cm.model.name} on {shape} {cm.gpu.name} ({cm.coefficients.source.value} "
+            f"coefficients), seq {cm.training.seq_len_tokens}\nmicro-batch sweep: one step at "
+            f"each micro-batch, no accumulation; memory checked at accumulation {args.accumulation}"
+        )
         sweep = writing(
             "--sweep-png",
             args.sweep_png,
-            lambda: plot_batch_sweep(points, args.sweep_png, payload["title"]),
+            lambda: plot_batch_sweep(points, args.sweep_png, sweep_title),
         )
         payload["sweep_png"] = str(sweep)
     return payload
@@ -512,17 +523,28 @@ def run(args: argparse.Namespace) -> int:
     if args.png:
         window, inner_map = None, None
         if diloco is not None:
-            # a steady-state window of the last round: two fragment windows (≥ 6 inner steps)
-            step_s, period = inner.step_s, diloco.period_s
-            span = min(period, max(6, 2 * diloco.settings.window) * step_s * 1.05)
-            begin = diloco.schedule.makespan_s - period
-            window = (begin, begin + span) if span > 0 else None
-            if step_s > 0 and span / step_s <= 16:  # few steps: draw each one's FSDP detail
+            shown_window = outer_step_window(diloco, inner.step_s)
+            window = (shown_window.start_s, shown_window.end_s)
+            span = window[1] - window[0]
+            if inner.step_s > 0 and span / inner.step_s <= 16:  # few steps: each one's FSDP detail
                 inner_map = dict.fromkeys(range(int(payload["islands"])), inner.schedule)
+            caption = (
+                diloco_caption(
+                    payload["strategy"],
+                    int(payload["islands"]),
+                    payload["diloco"]["outer_link"],
+                    diloco,
+                )
+                + "\n"
+                + shown_window.caption
+            )
+        else:
+            caption = f"fsdp: one island; shown: one step ({fmt.seconds(inner.step_s)})"
+        title = f"{payload['title']}\n{caption}"
         png = writing(
             "--png",
             args.png,
-            lambda: plot_timeline(shown, args.png, payload["title"], window, inner_map),
+            lambda: plot_timeline(shown, args.png, title, window, inner_map),
         )
         payload["png"] = str(png)
     if args.json:
