@@ -73,9 +73,11 @@ crds: $(VENV)/.full
 	$(PY) -m shardmeter_operator.api.crdgen crds
 
 # docs/reference/*.md and the chart README's tables, from the models, values.yaml, the alerts
-# and the RBAC declaration (tests/test_docs.py fails when they drift).
+# and the RBAC declaration; the command outputs README.md and docs/*.md show (console blocks,
+# tools/docoutputs.py). tests/test_docs.py fails when any of them drifts.
 docs: $(VENV)/.full
 	$(PY) tools/gendocs.py docs/reference
+	$(PY) tools/docoutputs.py
 
 bench: $(VENV)/.core
 	$(PY) benchmarks/bench_simulator.py

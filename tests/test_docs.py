@@ -4,7 +4,9 @@
   ``tools/gendocs.py`` writes from the pydantic models, values.yaml, the alerts and the RBAC
   declaration (run ``make docs`` after changing any of them);
 * every fenced block marked ``sh test`` in README.md and docs/**/*.md runs and succeeds, from
-  the repository root with ``shardmeter`` on the PATH and ``$TMP`` a scratch folder.
+  the repository root with ``shardmeter`` on the PATH and ``$TMP`` a scratch folder;
+* every ``console`` block (``$ shardmeter …`` and its output) shows what the command prints
+  now (``tools/docoutputs.py``, part of ``make docs``, rewrites them).
 """
 
 from __future__ import annotations
@@ -24,12 +26,16 @@ DOCS = sorted([REPO / "README.md", *(REPO / "docs").rglob("*.md")])
 BLOCK = re.compile(r"^```sh test\n(.*?)^```$", re.MULTILINE | re.DOTALL)
 
 
-def gendocs() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gendocs", REPO / "tools" / "gendocs.py")
+def tool(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, REPO / "tools" / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def gendocs() -> ModuleType:
+    return tool("gendocs")
 
 
 def test_reference_pages_match_the_models() -> None:
@@ -134,3 +140,24 @@ def test_the_model_doc_states_the_auto_fragment_rule_the_planner_follows() -> No
     assert (fragments, sync_every) == (golden["fragments"], golden["sync_every"])
     divisors = [f for f in range(1, sync_every + 1) if sync_every % f == 0]
     assert fragments == min(divisors, key=lambda f: (abs(f - blocks / per), f)) != min(divisors)
+
+
+DOCOUTPUTS = tool("docoutputs")
+CONSOLE = [
+    (f"{path.relative_to(REPO)}: $ {command}", command, output)
+    for path in DOCOUTPUTS.pages()
+    for command, output in DOCOUTPUTS.blocks(path.read_text(encoding="utf-8"))
+]
+
+
+def test_the_readme_and_the_cli_guide_show_outputs() -> None:
+    shown = {where.split(":")[0] for where, _, _ in CONSOLE}
+    assert {"README.md", "docs/cli.md"} <= shown
+
+
+@pytest.mark.parametrize(("where", "command", "output"), CONSOLE, ids=[w for w, _, _ in CONSOLE])
+def test_a_shown_output_is_what_the_command_prints(where: str, command: str, output: str) -> None:
+    now = DOCOUTPUTS.run(command)
+    assert DOCOUTPUTS.masked(output) == DOCOUTPUTS.masked(now), (
+        f"{where} drifted from the command's output: run `make docs`\n{now}"
+    )

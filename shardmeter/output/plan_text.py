@@ -259,12 +259,13 @@ def paper_reading(result: PlanResult, details: bool = False) -> list[str]:
     c, f, s = result.chosen, result.fastest, result.spread
     lines = []
     ranked = " (data-parallel-equivalent)" if c.ranked_by_quality else ""
+    eq = " DP-eq." if c.ranked_by_quality else ""
     obj = result.output.spec.objective
     if f.layout != c.layout:
         lines.append(
-            f"vs the fastest plan{ranked} ({f.label}, {fmt.usd(f.rank_cost_usd)}): "
+            f"vs the fastest plan, {f.label} ({fmt.usd(f.rank_cost_usd)}{eq}): "
             f"{fmt.percent(result.saving_vs_fastest)} cheaper, "
-            f"{fmt.percent(1 - c.rank_tokens_per_s / f.rank_tokens_per_s)} less throughput"
+            f"{fmt.percent(1 - c.rank_tokens_per_s / f.rank_tokens_per_s)} less{eq} throughput"
         )
     else:
         lines.append("the chosen plan is the fastest plan (no saving against it)")
