@@ -41,7 +41,7 @@ they cover errors on data the fit did not see):
 
 The data-calibrated terms (fit, hyperparameters, islands, model size) each cover two thirds of
 the errors on the split they were calibrated on; the leave-one-size-out check, whose end sizes
-use the model-size term calibrated elsewhere, covers 71 %.
+use the model-size term calibrated elsewhere, covers 26 of 34 (76 %).
 """
 
 from __future__ import annotations
@@ -311,7 +311,10 @@ def diloco_quality(
         + ")",
     ]
     if h != FIT_H and m > 1:
-        notes.append(f"H through the replicas' drift (H/30)^{fit.constants.drift_exponent:.2f}")
+        y = fit.constants.drift_exponent
+        notes.append(
+            f"H through the replicas' drift (slope {y:.2f} in ln H at H = 30, a mechanism)"
+        )
     if tau:
         notes.append(f"torchft drops τ/H = {tau / h:.1%} of each fragment's steps (α = 0)")
     notes.append(f"tokens to DP's loss via L ∝ D^{ALPHA_TOKENS:.4f} (half of Table 7's N exponent)")
