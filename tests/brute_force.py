@@ -36,7 +36,7 @@ from functools import cache
 from shardmeter.cost.egress import run_egress, site_egress_usd_per_gb
 from shardmeter.cost.energy import co2_kg, facility_kwh, islands_facility_watts
 from shardmeter.cost.model import CostModel
-from shardmeter.cost.quality import equivalent_token_factor
+from shardmeter.cost.quality_law import equivalent_token_factor
 from shardmeter.plan.schema import PlanPool, PlanSpec
 from shardmeter.sim.diloco import fragment_params
 from shardmeter.sim.fsdp import FSDPDurations, simulate_fsdp_step
@@ -206,12 +206,12 @@ def _rails(spec: PlanSpec) -> dict[str, float | int]:
     }
 
 
-def _outer_overhead(spec: PlanSpec, used: list[Option], step_s: float) -> tuple[float, int]:
+def _outer_overhead(spec: PlanSpec, used: list[Option], step_s: float) -> tuple[float, int, int]:
     """Seconds the outer level adds per inner step (inf where no settings are legal), and the
-    syncEvery the rule picks (1 for FSDP)."""
+    syncEvery and fragmentSyncDelay the rule picks (1 and 0 for FSDP)."""
     strat = spec.strategy
     if not strat.is_diloco:
-        return 0.0, 1
+        return 0.0, 1, 0
     placements = [IslandPlacement(o.cm, o.shape.ranks) for o in used for _ in range(o.islands)]
     link = outer_link(placements)
     k = len(placements)
@@ -236,7 +236,7 @@ def _outer_overhead(spec: PlanSpec, used: list[Option], step_s: float) -> tuple[
     if strat.kind is StrategyKind.DILOCO:
         ar = all_reduce(1)[0]
         h = fixed_h or choose_blocking_sync_every(step_s, ar, max_sync_every=strat.max_sync_every)
-        return (ar + outer_s(1)) / h, h
+        return (ar + outer_s(1)) / h, h, 0
     fixed_f = strat.fragments if isinstance(strat.fragments, int) else None
     fixed_fragment_sync_delay = (
         strat.fragment_sync_delay if isinstance(strat.fragment_sync_delay, int) else None
@@ -270,10 +270,12 @@ def _outer_overhead(spec: PlanSpec, used: list[Option], step_s: float) -> tuple[
                 target_fragments=float(rails["target_fragments"]),
             )
     except ValueError:
-        return math.inf, 1
+        return math.inf, 1, 0
     return (
-        choice.blocking_s_per_outer_step + outer_s(choice.fragments)
-    ) / choice.sync_every, choice.sync_every
+        (choice.blocking_s_per_outer_step + outer_s(choice.fragments)) / choice.sync_every,
+        choice.sync_every,
+        choice.fragment_sync_delay,
+    )
 
 
 def _combos(used: list[Option], lo: int, hi: int, equal: bool) -> list[tuple[float, int]]:
@@ -344,7 +346,7 @@ def brute_force(spec: PlanSpec) -> list[Ref]:
         if len(sites) > 1 and any(o.pool.wan_uplink is None for o in used):
             continue
         candidates = sorted(set(_combos(used, lo, hi, equal)))
-        overhead: Callable[[float], tuple[float, int]] = cache(
+        overhead: Callable[[float], tuple[float, int, int]] = cache(
             lambda s, u=used: _outer_overhead(spec, u, s)
         )
         best: tuple[float, float, int] | None = None  # effective step, T, sequences
@@ -357,7 +359,7 @@ def brute_force(spec: PlanSpec) -> list[Ref]:
         if best is None or not math.isfinite(best[0]):
             continue
         eff, step_s, sequences = best
-        h = overhead(step_s)[1]
+        _, h, delay = overhead(step_s)
         time_s = steps * eff
         hours = time_s / 3600
         rate = watts = co2_rate = 0.0
@@ -376,7 +378,12 @@ def brute_force(spec: PlanSpec) -> list[Ref]:
         )
         factor = (
             equivalent_token_factor(
-                float(spec.model.total_params), float(t.total_tokens), islands, h
+                float(spec.model.total_params),
+                float(t.total_tokens),
+                islands,
+                h,
+                fragment_sync_delay=delay,
+                outer_precision=strat.outer_precision,
             )
             if strat.is_diloco
             else 1.0

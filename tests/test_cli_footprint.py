@@ -64,3 +64,35 @@ def test_predict_reports_the_islands_power(capsys: pytest.CaptureFixture[str]) -
     assert 0.15 * 700 < p["gpu_watts"] <= 500
     assert p["facility_kw"] == pytest.approx(8 * p["gpu_watts"] * 1.58 / 1000)
     assert p["co2_kg_per_hour"] == pytest.approx(p["kwh_per_hour"] * 0.48)
+
+
+def test_simulate_prices_quality_only_for_the_tokens_given(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """DiLoCo's penalty depends on the run's tokens: without ``--total-tokens`` simulate says
+    how to get it instead of pricing the 1 B-token default nobody gave."""
+    args = ["simulate", "--model", "llama-3.2-1b", "--gpu", "a100", "--seq-len", "4096"]
+    args += ["--strategy", "diloco", "--islands", "4", "--sync-every", "100"]
+    out = run_json([*args, "--json"], capsys)
+    assert out["quality"] is None and "--total-tokens" in out["quality_note"]
+    assert out["energy"]["dp_equivalent_energy_kwh"] is None
+    assert out["energy"]["hours"] is None and out["energy"]["energy_kwh"] is None
+    assert out["energy"]["facility_kw"] > 0
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    assert "quality: not priced" in text and "--total-tokens" in text
+    assert "--total-tokens gives the run's hours, energy and CO₂e" in text
+    assert "eval loss" not in text
+
+
+def test_one_island_diloco_says_what_it_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    """A one-island DiLoCo simulation runs DiLoCo's outer step on its own pseudo-gradient
+    (torchft's Nesterov step), priced as the paper's M = 1 — and says so."""
+    args = ["simulate", "--model", "llama-3.2-1b", "--gpu", "a100", "--seq-len", "4096"]
+    args += ["--strategy", "diloco", "--islands", "1", "--total-tokens", "25000000000"]
+    out = run_json([*args, "--json"], capsys)
+    runs = out["diloco"]["runs"]
+    assert runs.startswith("one island running torchft's DiLoCo outer step") and "M = 1" in runs
+    assert out["quality"]["runs"] == runs and out["quality"]["loss_penalty_vs_dp"] < 0
+    assert main(args) == 0
+    assert f"  runs: {runs}" in capsys.readouterr().out

@@ -150,6 +150,7 @@ def test_simulate_is_short_by_default_and_details_add_the_rest(
     longest fragment all_reduce and the quality's figures; --details adds the idle time, each
     fragment's all_reduce, the quality's basis and why these settings."""
     args = [*BASE, "--strategy", "streaming-diloco", "--islands", "4"]
+    args += ["--total-tokens", "25000000000"]
     assert main(args) == 0
     short = capsys.readouterr().out
     assert main([*args, "--details"]) == 0

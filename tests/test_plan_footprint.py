@@ -15,7 +15,9 @@ from shardmeter.cost.egress import egress_bytes_per_site
 from shardmeter.cost.energy import gpu_power_watts, static_power_watts
 from shardmeter.cost.model import CostModel
 from shardmeter.cost.outer_precision import conversion_bytes_per_value, wire_bytes_per_value
+from shardmeter.cost.quality_law import loss_penalty
 from shardmeter.errors import InfeasibleError
+from shardmeter.output.plan_text import footprint_lines
 from shardmeter.plan.result import PlanResult, build_result, summarise
 from shardmeter.plan.schema import PlanSpec, load_plan
 from shardmeter.plan.search import search
@@ -277,3 +279,35 @@ def test_auto_fragments_aim_at_three_blocks_and_the_delay_stays_within_five_perc
     assert (c2.fragments, c2.fragment_sync_delay) == (10, 1)
     fewest = search_settings(100, 0.1, ar, 30, max_fragment_sync_delay=5)
     assert (fewest.fragments, fewest.fragment_sync_delay) == (2, 5)
+
+
+def test_the_plans_delay_and_outer_precision_are_priced() -> None:
+    """Every plan's quality is read at its own fragmentSyncDelay and the strategy's outer
+    precision (`shardmeter.cost.quality_law.loss_penalty`), the figures the objective ranks."""
+    raw = request(
+        strategy={"kind": "streaming-diloco", "outerPrecision": "fp4"},
+        objective={"kind": "min-time"},
+    )
+    spec = PlanSpec.model_validate(raw)
+    n, d = float(spec.model.total_params), float(spec.training.total_tokens)
+    plans = every_plan(raw).values()
+    assert any(p.fragment_sync_delay > 0 and p.islands > 1 for p in plans)
+    for p in plans:
+        if p.islands < 1:
+            continue
+        want = loss_penalty(
+            n,
+            d,
+            p.islands,
+            p.sync_every,
+            fragment_sync_delay=p.fragment_sync_delay,
+            outer_precision=Precision.FP4,
+        )
+        assert p.quality.loss_penalty_vs_dp == pytest.approx(want), p.layout
+
+
+def test_a_one_island_diloco_plan_says_what_it_runs() -> None:
+    result = plan(request(constraints={"maxIslands": 1}))
+    c = result.chosen
+    assert c.islands == 1 and "DiLoCo with M = 1" in c.quality.runs
+    assert f"  runs: {c.quality.runs}" in footprint_lines(c)

@@ -31,7 +31,12 @@ from shardmeter.cli.common import (
 from shardmeter.cli.specflags import SpecFlag, add_spec_flags, flag_names, spec_values
 from shardmeter.cost.energy import co2_kg, facility_kwh, gpu_power_watts, islands_facility_watts
 from shardmeter.cost.model import CostModel
-from shardmeter.cost.quality import strategy_quality
+from shardmeter.cost.quality import (
+    OuterSettings,
+    QualityEstimate,
+    runs_text,
+    strategy_quality,
+)
 from shardmeter.errors import SpecError
 from shardmeter.output import format as fmt
 from shardmeter.output.sim_plots import (
@@ -65,6 +70,12 @@ from shardmeter.sim.whatif import WhatIfDocument
 from shardmeter.spec.hardware import LinkKind
 from shardmeter.spec.loading import link_from_arg, read_document, validate
 from shardmeter.spec.training import AUTO_FIELD_BOUNDS, MAX_ISLANDS, StrategySpec
+
+QUALITY_NEEDS_TOKENS = (
+    "not priced — DiLoCo's loss penalty against data-parallel depends on the run's tokens; "
+    "give --total-tokens (e.g. 20 × the model's parameters, the Chinchilla budget)"
+)
+"""What ``simulate`` says instead of a quality figure for tokens nobody gave."""
 
 EXAMPLES = """examples:
   shardmeter simulate --model llama-3.2-1b --gpu a100 --seq-len 4096 --accumulation 4
@@ -282,6 +293,8 @@ def _render(p: dict[str, Any], details: bool = False) -> str:
         + ", ".join(f"{k} {fmt.percent(v)}" for k, v in st["critical_path_share"].items()),
     ]
     q, e = p.get("quality"), p.get("energy")
+    if p.get("quality_note"):
+        lines += ["", f"quality: {p['quality_note']}"]
     if q and (q["loss_penalty_vs_dp"] or q["equivalent_token_factor"] != 1.0):
         lo, hi = q["equivalent_token_factor_range"]
         lines += [
@@ -293,12 +306,17 @@ def _render(p: dict[str, Any], details: bool = False) -> str:
             *[f"  warning: {w}" for w in q["warnings"]],
         ]
     if e:
-        lines.append(
+        power = (
             f"power: {e['gpu_watts']:.0f} W per GPU at {fmt.percent(e['utilisation'])} compute "
-            f"utilisation, {e['facility_kw']:.1f} kW at the meter; {fmt.si(e['total_tokens'])} "
-            f"tokens in {e['hours']:,.1f} h: {fmt.energy(e['energy_kwh'])}, "
-            f"{fmt.mass(e['co2_kg'])} CO₂e"
+            f"utilisation, {e['facility_kw']:.1f} kW at the meter"
         )
+        if e["hours"] is None:
+            lines.append(f"{power}; --total-tokens gives the run's hours, energy and CO₂e")
+        else:
+            lines.append(
+                f"{power}; {fmt.si(e['total_tokens'])} tokens in {e['hours']:,.1f} h: "
+                f"{fmt.energy(e['energy_kwh'])}, {fmt.mass(e['co2_kg'])} CO₂e"
+            )
     d = p.get("diloco")
     if d:
         lines += [
@@ -306,6 +324,7 @@ def _render(p: dict[str, Any], details: bool = False) -> str:
             f"{p['strategy']} across {p['islands']} island(s) over {d['outer_link']}:",
             f"  settings: syncEvery {d['sync_every']}, fragments {d['fragments']}, "
             f"fragmentSyncDelay {d['fragment_sync_delay']}",
+            *([f"  runs: {d['runs']}"] if p["islands"] == 1 and d.get("runs") else []),
             _fragment_all_reduces(d["fragment_all_reduce_s"], details),
             f"  outer step every {fmt.seconds(d['period_s'])}; blocking per outer step "
             f"{fmt.seconds(d['blocking_s_per_outer_step'])}; slowdown vs no DiLoCo communication "
@@ -474,32 +493,51 @@ def _add_footprint(
         sync_every, fragments, delay = s.sync_every, s.fragments, s.fragment_sync_delay
         effective_s = diloco.period_s / s.sync_every
     m = cm.model
-    quality = strategy_quality(
-        float(m.total_params),
-        float(cm.training.total_tokens),
-        m.num_layers,
-        strategy,
-        islands,
-        sync_every,
-        fragments,
-        delay,
-    )
-    payload["quality"] = asdict(quality)
+    quality: QualityEstimate | None = None
+    tokens_given = getattr(args, "total_tokens", None) is not None
+    if strategy.is_diloco and not tokens_given:
+        payload["quality_note"] = QUALITY_NEEDS_TOKENS
+    else:
+        quality = strategy_quality(
+            float(m.total_params),
+            float(cm.training.total_tokens),
+            m.num_layers,
+            strategy,
+            islands,
+            sync_every,
+            fragments,
+            delay,
+        )
+    payload["quality"] = asdict(quality) if quality is not None else None
+    if strategy.is_diloco and "diloco" in payload:
+        outer = OuterSettings(islands, sync_every, fragments, delay)
+        payload["diloco"]["runs"] = runs_text(outer)
     utilisation = step.compute_busy_s / step.step_s if step.step_s > 0 else 1.0
     watts = islands_facility_watts(cm.pool, islands, shape.nodes, shape.ranks, utilisation)
-    tokens_per_s = islands * tokens_per_island_step / effective_s if effective_s > 0 else 0.0
-    hours = cm.training.total_tokens / tokens_per_s / 3600 if tokens_per_s > 0 else 0.0
-    kwh = facility_kwh(watts, hours, 1.0)
-    payload["energy"] = {
+    energy: dict[str, Any] = {
         "utilisation": utilisation,
         "gpu_watts": gpu_power_watts(cm.gpu, cm.pool.power_cap_watts, utilisation),
         "facility_kw": watts / 1000,
-        "total_tokens": cm.training.total_tokens,
-        "hours": hours,
-        "energy_kwh": kwh,
-        "co2_kg": co2_kg(kwh, cm.pool.grid_carbon_intensity_g_per_kwh),
-        "dp_equivalent_energy_kwh": kwh * quality.equivalent_token_factor,
+        "total_tokens": None,
+        "hours": None,
+        "energy_kwh": None,
+        "co2_kg": None,
+        "dp_equivalent_energy_kwh": None,
     }
+    tokens_per_s = islands * tokens_per_island_step / effective_s if effective_s > 0 else 0.0
+    if tokens_given and tokens_per_s > 0:  # a run's totals only for the tokens the user gave
+        hours = cm.training.total_tokens / tokens_per_s / 3600
+        kwh = facility_kwh(watts, hours, 1.0)
+        energy |= {
+            "total_tokens": cm.training.total_tokens,
+            "hours": hours,
+            "energy_kwh": kwh,
+            "co2_kg": co2_kg(kwh, cm.pool.grid_carbon_intensity_g_per_kwh),
+            "dp_equivalent_energy_kwh": (
+                kwh * quality.equivalent_token_factor if quality is not None else None
+            ),
+        }
+    payload["energy"] = energy
 
 
 def run(args: argparse.Namespace) -> int:

@@ -1,46 +1,47 @@
-"""DiLoCo's quality price: the relative eval-loss penalty against data-parallel training and
-the tokens it takes to make it up.
+"""DiLoCo's quality price for a plan: the relative eval-loss penalty against data-parallel
+training, its uncertainty, the tokens it takes to make it up, where the numbers come from and
+what the plan's outer level runs — the one entry point for plans, simulations and the operator
+(`strategy_quality`).
 
-**Source.** Fitted only on *Scaling Laws for DiLoCo* (Charles et al. 2025, arXiv:2503.09799):
-the C4 eval losses of its Tables 4 and 5/12 (DiLoCo with M = 1, 2, 4, 8 replicas at H = 30,
-sizes 35 M–10 B at D = 20 N tokens) and its fitted L(N) law (Table 7). The data and the fit
-are in `shardmeter.cost.quality_fit`; ``benchmarks/bench_quality.py`` prints the residuals.
-The values were read from a conversion of the paper's text
-(``shared/calibration/diloco-scaling-laws.json``); comparisons from other papers are held out.
+**Centre**: `shardmeter.cost.quality_law` (fitted on *Scaling Laws for DiLoCo*,
+arXiv:2503.09799, Tables 4 and 5/12) with the launched outer level's mechanisms
+(`shardmeter.cost.quality_outer`). Every knob of `OuterSettings` acts there or is stated not
+to: islands M, syncEvery H, fragmentSyncDelay τ and outerPrecision move the penalty; fragments
+F do not (torchft syncs each fragment every H steps). The inner optimizer is not a knob: the
+fit, torchtitan's configs and the memory model are AdamW (MuLoCo's Muon inner optimizer,
+arXiv:2505.23725, is outside the model).
 
-**The penalty** p = L_DiLoCo / L_DP − 1 (0.007 = +0.7 %) for N parameters, D tokens, M islands
-and H inner steps per outer step::
+**One island.** A one-island DiLoCo plan runs DiLoCo's outer step: torchtitan 0.3.0 builds
+torchft's DiLoCo with its Nesterov outer optimizer (η 0.7, momentum 0.9) for any number of
+replica groups, and the operator launches every DiLoCo plan with ``semi_sync_method=diloco``
+(`shardmeter_operator.render.torchtitan`). It is priced as the paper's M = 1 (Lookahead-style
+DiLoCo), whose gain is the least certain number here (see hyperparameters below); FSDP is the
+data-parallel reference.
 
-    p = b + R,   R = a · (N·D / C_ref)^(−γ) · (M^x − 1) · h(H),   C_ref = 1e9 · 20e9
+**Uncertainty** (1σ, the terms added in quadrature; ``benchmarks/bench_quality.py`` shows how
+they cover errors on data the fit did not see):
 
-* b < 0 — one replica with DiLoCo's outer Nesterov step trains *better* than data-parallel
-  (M = 1 in Table 4: −0.1 to −0.4 %);
-* R — the replicas' price: grows with M (x < 1: sub-linear), shrinks with training compute
-  N·D. Along the paper's D = 20 N diagonal only N·D's product is identified; splitting the
-  decay evenly between N and D makes the penalty shrink with size *and* with tokens per
-  parameter (off the diagonal an assumption, priced into the uncertainty);
-* h(H) = 1 + κ·ln(H/30) for H ≥ 2, h(1) = h(300). The paper's H ablation (its Figure 9:
-  H ∈ {1, 5, 10, 30, 100, 300}) prints no numbers, only its shape — H = 1 worst, loss rising
-  slowly with H beyond — so κ is a prior (`KAPPA`), not a fit, with its whole effect counted
-  as uncertainty;
-* for M ≥ 3 the penalty is floored at 0: the paper measures DiLoCo ahead of data-parallel
-  only with M = 1 and with M = 2 at ≥ 2.4 B (never M = 4, up to 10 B), and its per-M laws
-  that would predict M = 4 ahead beyond 4 B (Table 7) are contradicted by its own 4 B/10 B
-  runs (Table 5).
+* *fit* — the RMS error of the law on model sizes it was not fitted on (leave one size out);
+* *hyperparameters* — how far the penalty moves when only the recipe changes: Table 12's
+  Independent rows are the Joint runs with the per-M instead of the joint hyperparameter laws;
+  the term that covers two thirds of the law's errors on them is 0.89 percentage points for
+  one island (its gain is the most fragile number here: +0.2 % and +0.6 % behind
+  data-parallel with that recipe at 4 B and 10 B, −0.2 % ahead with the joint one) and 0.18
+  for more. A plan's recipe is its own (torchtitan's outer learning rate is a fixed 0.7, the
+  paper's best 0.4–0.8 by M), so every plan carries it; the paper's own runs (the
+  leave-one-size-out check) do not;
+* *syncEvery*, *overlap*, *outerPrecision* — each mechanism's whole effect: the difference
+  between the penalty with it and without it (H = 30 at τ = 0; τ = 0; FP32);
+* *tokens per parameter* — off the fit's D = 20 N: half the difference between giving the
+  compute's effect to N alone and to D alone;
+* *islands* — beyond the most islands measured (8): 7.5 % of the replicas' price per doubling,
+  calibrated on fitting M ≤ 4 to predict M = 8;
+* *model size* — outside 35 M–10 B: |b(c)| + R per decade, calibrated on the paper's own
+  leave-out (fit N ≤ 1.3 B, predict 2.4–10 B).
 
-**Streaming DiLoCo.** The paper trains plain DiLoCo (one fragment, no overlap). Streaming
-DiLoCo syncs every fragment once per H steps, so H keeps its meaning and the penalty is
-predicted at H; what fragments and the overlap τ do to quality is not in the fit: τ widens
-the uncertainty as τ extra inner steps of staleness would, and settings beyond the
-guard-rails (`StrategySpec`: τ ≤ 5 % of H, ~3 blocks per fragment) are warned. The outer
-precision is not in the fit either (the paper sends bf16; Streaming DiLoCo reports FP4 and
-INTELLECT-1 int8 pseudo-gradients quality-neutral).
-
-**Equivalent tokens.** How many tokens DiLoCo needs to reach data-parallel's loss: f with
-``(1 + p(N, f·D)) · f^α_D = 1``. α_D, the loss's exponent in tokens at fixed N, follows from
-the paper's L ∝ N^α along D = 20 N (Table 7, α = −0.0953): that diagonal is compute-optimal
-(the paper's premise, Chinchilla's allocation), where the loss is equally sensitive to N and
-D, so each carries half: α_D = α / 2. A penalty of 1 % costs about 23 % more tokens.
+The data-calibrated terms (fit, hyperparameters, islands, model size) each cover two thirds of
+the errors on the split they were calibrated on; the leave-one-size-out check, whose end sizes
+use the model-size term calibrated elsewhere, covers 26 of 34 (76 %).
 """
 
 from __future__ import annotations
@@ -48,6 +49,24 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from shardmeter.cost.quality_law import (
+    ABLATION_MAX_SYNC_EVERY,
+    ALPHA_TOKENS,
+    FIT_H,
+    FIT_TOKENS_PER_PARAM,
+    FITTED,
+    MEASURED_PARAMS,
+    QualityConstants,
+    equivalent_token_factor,
+    loss_penalty,
+    outer_gain,
+    replicas_price,
+)
+from shardmeter.cost.quality_outer import (
+    LAUNCHED_OUTER_LR,
+    LAUNCHED_OUTER_MOMENTUM,
+    token_efficiency,
+)
 from shardmeter.spec.precision import Precision
 from shardmeter.spec.training import (
     DEFAULT_LAYERS_PER_FRAGMENT,
@@ -57,107 +76,38 @@ from shardmeter.spec.training import (
     StrategySpec,
 )
 
-FIT_H = 30
-"""H of every run in the fit (the paper's §3 setup; Table 4 is at H = 30)."""
-FIT_TOKENS_PER_PARAM = 20
-"""D = 20 N, the Chinchilla budget of every run in the fit (Table 3)."""
-REFERENCE_COMPUTE = 1e9 * FIT_TOKENS_PER_PARAM * 1e9
-"""C_ref = N·D of a 1 B model at 20 tokens per parameter: where ``amplitude`` is read."""
-MEASURED_PARAMS = (35e6, 10e9)
-"""The smallest and largest N of the fit (Table 3: 35 M to 10 B)."""
-ABLATION_MAX_SYNC_EVERY = 300
-"""The largest H of the paper's H ablation (Figure 9: H ∈ {1, 5, 10, 30, 100, 300})."""
-KAPPA = 0.25
-"""Slope of h(H) = 1 + κ·ln(H/30). A prior, not a fit: Figure 9 gives the shape (H = 1
-worst, loss rising slowly with H) but no numbers. 0.25 lets the replicas' price grow by
-about half from H = 30 to H = 300; the uncertainty counts 100 % of the H effect."""
-ALPHA_DP = -0.0953
-"""Exponent of data-parallel's loss in N along D = 20 N: L = 18.129 · N^−0.0953 (Table 7,
-Data-Parallel row)."""
-ALPHA_TOKENS = ALPHA_DP / 2
-"""The loss's exponent in tokens at fixed N: half the diagonal exponent (see the module
-docstring)."""
+FIT_RESIDUAL = 0.000791
+"""1σ of the law on sizes it was not fitted on: the RMS of its leave-one-size-out errors on
+the 34 comparisons, 0.079 percentage points (`shardmeter.cost.quality_fit.fit_residual_pct`),
+as a fraction. The printed losses' rounding (3 decimals) is 0.02 %."""
+HYPERPARAMETER_SPREAD = {1: 0.00893, 2: 0.0018}
+"""How far the penalty moves with the hyperparameter recipe alone, one island (key 1) and
+more (key 2): with the fit residual, it covers two thirds of the law's errors on Table 12's
+Independent rows (the fitted Joint runs with the per-M laws' inner learning rate and batch) —
+0.89 and 0.18 percentage points (`shardmeter.cost.quality_fit.hyperparameter_spread_pct`)."""
+ISLANDS_PER_DOUBLING = 0.0753
+"""Beyond the measured islands: this share of the replicas' price per doubling, calibrated on
+the one islands extrapolation the data allows — fit M ≤ 4, predict M = 8 (7 sizes; the law
+errs by +0.06 to +0.52 pp there, always above the printed penalty)
+(`shardmeter.cost.quality_fit.islands_per_doubling`)."""
+SIZE_PER_DECADE = 1.0
+"""Outside 35 M–10 B: this share of |b(c)| + R per decade, calibrated on the paper's own
+leave-out — fit N ≤ 1.3 B, predict 2.4 B, 4 B and 10 B
+(`shardmeter.cost.quality_fit.size_per_decade`: 0.997)."""
 DATA_PARALLEL_BASIS = "data-parallel (FSDP in one island): the reference, no penalty"
 
 
 @dataclass(frozen=True)
-class QualityConstants:
-    """The four fitted constants of p = b + a·(N·D/C_ref)^(−γ)·(M^x − 1) at H = 30."""
+class QualityFit:
+    """What the uncertainty reads of a fit: its constants, its out-of-sample residual and the
+    sizes it saw (the stored model's, or a benchmark fold's)."""
 
-    offset: float
-    """b: the outer optimizer's gain with one replica (a fraction; negative = ahead of DP)."""
-    amplitude: float
-    """a: the replicas' price per unit of (M^x − 1) at C_ref (a fraction)."""
-    compute_exponent: float
-    """γ: how fast the price falls with training compute N·D."""
-    islands_exponent: float
-    """x: how it grows with the islands M."""
+    constants: QualityConstants = FITTED
+    residual: float = FIT_RESIDUAL
+    params_range: tuple[float, float] = MEASURED_PARAMS
 
 
-FITTED = QualityConstants(
-    offset=-0.0026731835,
-    amplitude=0.0061578601,
-    compute_exponent=0.1401701694,
-    islands_exponent=0.6289923946,
-)
-"""`shardmeter.cost.quality_fit.fit` on the 34 comparisons of Tables 4 and 5/12 (Joint):
-residual RMS 0.082 percentage points, largest 0.18 (``benchmarks/bench_quality.py``)."""
-FIT_RESIDUAL = 0.00087
-"""1σ of the fit: its residual RMS with 4 of 34 degrees of freedom spent
-(0.082 pp · √(34/30)), as a fraction. The printed losses' rounding (3 decimals) is 0.02 %."""
-
-
-def _replicas_at_fit(params: float, tokens: float, islands: int, c: QualityConstants) -> float:
-    """R at H = 30: the replicas' price before the H term."""
-    compute = params * tokens / REFERENCE_COMPUTE
-    growth = float(islands) ** c.islands_exponent - 1.0
-    return float(c.amplitude * compute ** (-c.compute_exponent) * growth)
-
-
-def fitted_penalty(
-    params: float, tokens: float, islands: int, c: QualityConstants = FITTED
-) -> float:
-    """b + R at H = 30, unfloored: the fitted form itself (what `quality_fit` fits)."""
-    return c.offset + _replicas_at_fit(params, tokens, islands, c)
-
-
-def sync_every_scale(sync_every: int) -> float:
-    """h(H): the replicas' price at H relative to H = 30 (see the module docstring)."""
-    h = ABLATION_MAX_SYNC_EVERY if sync_every <= 1 else sync_every
-    return 1.0 + KAPPA * math.log(h / FIT_H)
-
-
-def loss_penalty(
-    params: float, tokens: float, islands: int, sync_every: int, c: QualityConstants = FITTED
-) -> float:
-    """p: DiLoCo's relative eval-loss penalty against data-parallel (a fraction)."""
-    p = c.offset + _replicas_at_fit(params, tokens, islands, c) * sync_every_scale(sync_every)
-    return max(p, 0.0) if islands >= 3 else p
-
-
-def _factor_for(penalty_at: float, params: float, tokens: float, islands: int, h: int) -> float:
-    """Solve (1 + p(N, f·D)) · f^α_D = 1 for f, with p shifted by ``penalty_at`` − p(N, D)
-    (an uncertainty band moves the whole curve)."""
-    shift = penalty_at - loss_penalty(params, tokens, islands, h)
-
-    def excess(u: float) -> float:  # increasing in u = ln f
-        p = loss_penalty(params, tokens * math.exp(u), islands, h) + shift
-        return u - math.log1p(max(p, -0.5)) / -ALPHA_TOKENS
-
-    lo, hi = -8.0, 8.0
-    for _ in range(80):
-        mid = 0.5 * (lo + hi)
-        if excess(mid) > 0:
-            hi = mid
-        else:
-            lo = mid
-    return math.exp(0.5 * (lo + hi))
-
-
-def equivalent_token_factor(params: float, tokens: float, islands: int, sync_every: int) -> float:
-    """Tokens DiLoCo needs to reach data-parallel's loss, as a multiple of ``tokens``."""
-    p = loss_penalty(params, tokens, islands, sync_every)
-    return _factor_for(p, params, tokens, islands, sync_every)
+STORED_FIT = QualityFit()
 
 
 @dataclass(frozen=True)
@@ -177,6 +127,8 @@ class QualityEstimate:
     """Where the numbers come from, for this plan."""
     warnings: tuple[str, ...] = ()
     """Guard-rails the plan is beyond and extrapolations (empty: within what was measured)."""
+    runs: str = DATA_PARALLEL_BASIS
+    """What the plan's outer level runs, in words (what the penalty prices)."""
 
 
 def data_parallel_quality() -> QualityEstimate:
@@ -199,97 +151,182 @@ class OuterSettings:
     max_fragment_sync_delay_fraction: float = DEFAULT_MAX_FRAGMENT_SYNC_DELAY_FRACTION
     layers_per_fragment: int = DEFAULT_LAYERS_PER_FRAGMENT
 
+    @property
+    def delay(self) -> int:
+        """τ as priced: 0 for blocking DiLoCo."""
+        return self.fragment_sync_delay if self.streaming else 0
 
-def diloco_quality(
-    params: float, tokens: float, num_layers: int, s: OuterSettings
-) -> QualityEstimate:
-    """The penalty, its uncertainty, the equivalent-token factor, the basis and the warnings
-    for a DiLoCo plan of ``s.islands`` islands (see the module docstring)."""
-    m, h = s.islands, s.sync_every
-    p = loss_penalty(params, tokens, m, h)
-    r30 = _replicas_at_fit(params, tokens, m, FITTED)
-    r = r30 * sync_every_scale(h)
-    tpp = tokens / params
-    g = FITTED.compute_exponent
+
+def runs_text(s: OuterSettings) -> str:
+    """What the plan's outer level runs (torchtitan 0.3.0 + torchft 0.2.0, as launched)."""
+    step = (
+        f"torchft's DiLoCo outer step (Nesterov SGD, lr {LAUNCHED_OUTER_LR}, momentum "
+        f"{LAUNCHED_OUTER_MOMENTUM}) every {s.sync_every} inner steps"
+    )
+    if s.islands == 1:
+        return (
+            f"one island running {step} on its own pseudo-gradient: DiLoCo with M = 1 "
+            "(a Lookahead-style optimizer, no cross-island traffic), priced as the paper's M = 1"
+        )
+    return f"{s.islands} islands averaging pseudo-gradients under {step}"
+
+
+def _penalty(
+    params: float,
+    tokens: float,
+    s: OuterSettings,
+    c: QualityConstants,
+    *,
+    sync_every: int | None = None,
+    fragment_sync_delay: int | None = None,
+    outer_precision: Precision | None = None,
+) -> float:
+    """The penalty at ``s``, with any knob given here in its place."""
+    return loss_penalty(
+        params,
+        tokens,
+        s.islands,
+        s.sync_every if sync_every is None else sync_every,
+        fragment_sync_delay=s.delay if fragment_sync_delay is None else fragment_sync_delay,
+        outer_precision=s.outer_precision if outer_precision is None else outer_precision,
+        c=c,
+    )
+
+
+def uncertainty_terms(
+    params: float, tokens: float, s: OuterSettings, fit: QualityFit = STORED_FIT
+) -> dict[str, float]:
+    """The 1σ terms of the module docstring, by name (fractions; zero terms left out)."""
+    c = fit.constants
+    m = s.islands
+    p = _penalty(params, tokens, s, c)
+    d_eff = tokens * token_efficiency(s.sync_every, s.delay, s.outer_precision)
+    r = replicas_price(params, d_eff, m, s.sync_every, c)
+    b = outer_gain(params, d_eff, c)
+    # off the D = 20 N diagonal: the compute's effect given to N alone, then to D alone
+    along_n = _penalty(params, FIT_TOKENS_PER_PARAM * params, s, c)
+    along_d = _penalty(tokens / FIT_TOKENS_PER_PARAM, tokens, s, c)
     terms = {
-        "fit": FIT_RESIDUAL,
-        # the slope in H is a prior: its whole effect is uncertain
-        "syncEvery": r30 * abs(sync_every_scale(h) - 1.0),
-        # off the 20 N diagonal: the decay given to N alone or to D alone
-        "tokens per parameter": r * abs((tpp / 20) ** g - (tpp / 20) ** (-g)) / 2,
-        "overlap": r30 * KAPPA * math.log1p(s.fragment_sync_delay / h) if s.streaming else 0.0,
+        "fit": fit.residual,
+        "hyperparameters": HYPERPARAMETER_SPREAD[min(m, 2)],
+        "syncEvery": abs(
+            _penalty(params, tokens, s, c, fragment_sync_delay=0)
+            - _penalty(params, tokens, s, c, sync_every=FIT_H, fragment_sync_delay=0)
+        ),
+        "tokens per parameter": abs(along_n - along_d) / 2,
+        "overlap": abs(p - _penalty(params, tokens, s, c, fragment_sync_delay=0)),
+        "outerPrecision": abs(p - _penalty(params, tokens, s, c, outer_precision=Precision.FP32)),
     }
-    warnings: list[str] = []
     if m > s.max_measured_islands:
-        terms["islands"] = r * 0.5 * math.log2(m / s.max_measured_islands)
-        warnings.append(
+        terms["islands"] = r * ISLANDS_PER_DOUBLING * math.log2(m / s.max_measured_islands)
+    low, high = fit.params_range
+    if not low <= params <= high:
+        edge = low if params < low else high
+        terms["model size"] = (r + abs(b)) * SIZE_PER_DECADE * abs(math.log10(params / edge))
+    return {k: v for k, v in terms.items() if v > 0 or k == "fit"}
+
+
+def _warnings(params: float, tokens: float, num_layers: int, s: OuterSettings) -> list[str]:
+    m, h = s.islands, s.sync_every
+    out: list[str] = []
+    if m > s.max_measured_islands:
+        out.append(
             f"{m} islands: more than any published DiLoCo run ({s.max_measured_islands}, "
             "Scaling Laws for DiLoCo Table 4); the penalty is extrapolated"
         )
     low, high = MEASURED_PARAMS
     if not low <= params <= high:
-        edge = low if params < low else high
-        terms["model size"] = r * 0.25 * abs(math.log10(params / edge))
-        warnings.append(
-            f"{params / 1e9:.3g} B parameters: outside the fit's 35 M–10 B; extrapolated"
-        )
+        out.append(f"{params / 1e9:.3g} B parameters: outside the fit's 35 M–10 B; extrapolated")
+    tpp = tokens / params
     if not 5 <= tpp <= 80:
-        warnings.append(
+        out.append(
             f"{tpp:.3g} tokens per parameter: far from the fit's 20 (Chinchilla); the split of "
             "the penalty's decay between size and tokens is an assumption there"
         )
     if h > ABLATION_MAX_SYNC_EVERY:
-        warnings.append(
+        out.append(
             f"syncEvery {h}: beyond the paper's H ablation (≤ {ABLATION_MAX_SYNC_EVERY}); "
             "the H slope is extrapolated"
         )
-    if s.streaming:
-        limit = math.floor(s.max_fragment_sync_delay_fraction * h + 1e-9)
-        if s.fragment_sync_delay > limit:
-            warnings.append(
-                f"fragmentSyncDelay {s.fragment_sync_delay} is "
-                f"{s.fragment_sync_delay / h:.0%} of syncEvery {h}: beyond the "
-                f"{s.max_fragment_sync_delay_fraction:.0%} Streaming DiLoCo reports robust "
-                "(τ ≤ 5 at H = 100); fragments arrive stale"
-            )
-        per = num_layers / s.fragments
-        want = s.layers_per_fragment
-        if s.fragments > 1 and not want / 2 <= per <= 2 * want:
-            warnings.append(
-                f"{s.fragments} fragments of {per:.3g} blocks: the Streaming DiLoCo papers "
-                f"train about {want} per fragment; not in the quality model"
-            )
-        elif s.fragments == 1 and s.fragment_sync_delay > 0 and num_layers > 2 * want:
-            warnings.append(
-                f"one fragment with fragmentSyncDelay {s.fragment_sync_delay}: the whole "
-                "model's update arrives stale; the Streaming DiLoCo papers overlap fragments "
-                f"of about {want} blocks instead"
-            )
+    if not s.streaming:
+        return out
+    limit = math.floor(s.max_fragment_sync_delay_fraction * h + 1e-9)
+    if s.fragment_sync_delay > limit:
+        out.append(
+            f"fragmentSyncDelay {s.fragment_sync_delay} is {s.fragment_sync_delay / h:.0%} of "
+            f"syncEvery {h}: beyond the {s.max_fragment_sync_delay_fraction:.0%} Streaming "
+            "DiLoCo reports robust (τ ≤ 5 at H = 100); torchft drops each fragment's last "
+            f"{s.fragment_sync_delay} inner steps of every {h}"
+        )
+    per = num_layers / s.fragments
+    want = s.layers_per_fragment
+    if s.fragments > 1 and not want / 2 <= per <= 2 * want:
+        out.append(
+            f"{s.fragments} fragments of {per:.3g} blocks: the Streaming DiLoCo papers train "
+            f"about {want} per fragment; not in the quality model"
+        )
+    elif s.fragments == 1 and s.fragment_sync_delay > 0 and num_layers > 2 * want:
+        out.append(
+            f"one fragment with fragmentSyncDelay {s.fragment_sync_delay}: the whole model's "
+            "update arrives stale; the Streaming DiLoCo papers overlap fragments of about "
+            f"{want} blocks instead"
+        )
+    return out
+
+
+def diloco_quality(
+    params: float, tokens: float, num_layers: int, s: OuterSettings, fit: QualityFit = STORED_FIT
+) -> QualityEstimate:
+    """The penalty, its uncertainty, the equivalent-token factor, the basis, the warnings and
+    what runs, for a DiLoCo plan of ``s.islands`` islands. Raises ValueError for τ ≥ H (no
+    inner step would reach the global model; torchft itself refuses τ ≥ H / F)."""
+    m, h, tau = s.islands, s.sync_every, s.delay
+    p = _penalty(params, tokens, s, fit.constants)
+    terms = uncertainty_terms(params, tokens, s, fit)
     sigma = math.sqrt(sum(v * v for v in terms.values()))
-    factor = _factor_for(p, params, tokens, m, h)
-    band = (
-        _factor_for(p - sigma, params, tokens, m, h),
-        _factor_for(p + sigma, params, tokens, m, h),
-    )
+
+    def factor_at(shift: float) -> float:
+        return equivalent_token_factor(
+            params,
+            tokens,
+            m,
+            h,
+            fragment_sync_delay=tau,
+            outer_precision=s.outer_precision,
+            shift=shift,
+            c=fit.constants,
+        )
+
+    factor, band = factor_at(0.0), (factor_at(-sigma), factor_at(sigma))
+    tpp = tokens / params
+    setting = f"M = {m}, H = {h}" + (f", τ = {tau}" if tau else "")
+    if s.outer_precision is not Precision.FP32:
+        setting += f", outer {s.outer_precision.value}"
     notes = [
         f"Scaling Laws for DiLoCo (arXiv:2503.09799) Tables 4–5 fit at H = {FIT_H}, "
         f"D = 20 N; here N = {params / 1e9:.3g} B, D = {tokens / 1e9:.3g} B "
-        f"({tpp:.3g} tokens/param), M = {m}, H = {h}",
-        f"±{100 * sigma:.2f} pp (1σ: fit {100 * FIT_RESIDUAL:.2f}"
-        + "".join(f", {k} {100 * v:.2f}" for k, v in terms.items() if k != "fit" and v > 5e-5)
+        f"({tpp:.3g} tokens/param), {setting}",
+        f"±{100 * sigma:.2f} pp (1σ: "
+        + ", ".join(f"{k} {100 * v:.2f}" for k, v in terms.items() if k == "fit" or v > 5e-5)
         + ")",
     ]
-    if h != FIT_H:
-        notes.append(f"H slope κ = {KAPPA} a prior (Fig. 9 prints no numbers)")
-    if s.streaming and (s.fragments > 1 or s.fragment_sync_delay > 0):
-        notes.append("fragments and overlap not in the fit (predicted at H)")
-    if s.outer_precision is not Precision.FP32 and s.outer_precision is not Precision.BF16:
+    if h != FIT_H and m > 1:
+        y = fit.constants.drift_exponent
         notes.append(
-            f"{s.outer_precision.value} pseudo-gradients not in the fit (reported "
-            "quality-neutral by Streaming DiLoCo and INTELLECT-1)"
+            f"H through the replicas' drift (slope {y:.2f} in ln H at H = 30, a mechanism)"
         )
+    if tau:
+        notes.append(f"torchft drops τ/H = {tau / h:.1%} of each fragment's steps (α = 0)")
     notes.append(f"tokens to DP's loss via L ∝ D^{ALPHA_TOKENS:.4f} (half of Table 7's N exponent)")
-    return QualityEstimate(p, sigma, factor, band, "; ".join(notes), tuple(warnings))
+    return QualityEstimate(
+        p,
+        sigma,
+        factor,
+        band,
+        "; ".join(notes),
+        tuple(_warnings(params, tokens, num_layers, s)),
+        runs_text(s),
+    )
 
 
 def strategy_quality(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+from shardmeter.cost.quality import DATA_PARALLEL_BASIS
 from shardmeter.output import format as fmt
 from shardmeter.plan.result import TIE_BREAK, PlanResult, PlanSummary
 from shardmeter.plan.schema import ObjectiveKind
@@ -80,6 +81,8 @@ def footprint_lines(c: PlanSummary, details: bool = False) -> list[str]:
             lines.append(f"  basis: {q.basis}")
     else:
         lines.append(f"quality: {q.basis}")
+    if c.islands == 1 and q.runs != DATA_PARALLEL_BASIS:
+        lines.append(f"  runs: {q.runs}")
     lines += [f"  warning: {w}" for w in q.warnings]
     lines.append(
         f"energy: {fmt.energy(c.energy_kwh)} at the sites' meters (GPU draw × PUE), "

@@ -12,8 +12,9 @@ is scored as:
   MFU of the useful tokens; cost = billed GPUs × price × hours + WAN egress; energy = the
   options' facility power × hours; CO₂e = their CO₂ rate × hours (`shardmeter.plan.options`);
 * **quality** — DiLoCo's loss penalty against data-parallel and its equivalent-token factor
-  at the layout's islands M and syncEvery H (`shardmeter.cost.quality`), from a table over
-  (M, H) built once per request;
+  at the layout's islands M, syncEvery H and fragmentSyncDelay τ with the strategy's outer
+  precision (`shardmeter.cost.quality_law`), from a table over (M, H) built once per request
+  (other τ memoised);
 * **egress** — for layouts spanning sites, the outer all_reduce's bytes leaving each site
   over the run (`shardmeter.plan.footprint`) × the site's price;
 * **ranked figures** — what the objective compares: time, cost, energy and CO₂e × the
@@ -256,7 +257,7 @@ class Evaluator:
             time_s = np.where(eff > 0, self.steps * eff, np.inf)
             peak = np.where(used, t.peak_flops[opt], 0.0).sum(axis=1)
             mfu = np.where(peak > 0, seq_per_s * self.flops_per_sequence / peak, 0.0)
-        penalty, factor = self.quality.lookup(islands, o.sync_every)
+        penalty, factor = self.quality.lookup(islands, o.sync_every, o.fragment_sync_delay)
         rank = factor if self.quality_adjusted else np.ones(len(factor))
         hours = np.where(status == OK, time_s, 0.0) / 3600.0
         watts = np.where(used, t.facility_watts[opt], 0.0).sum(axis=1)

@@ -1,5 +1,6 @@
 """What a layout costs beyond GPU-hours, many layouts at once: DiLoCo's quality price
-(`shardmeter.cost.quality`, tabulated over islands × syncEvery once per request) and the WAN
+(`shardmeter.cost.quality_law`, tabulated over islands × syncEvery once per request, other
+fragmentSyncDelays on demand) and the WAN
 egress of its outer all_reduce (`shardmeter.cost.egress`)."""
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import numpy as np
 import numpy.typing as npt
 
 from shardmeter.cost.egress import BYTES_PER_GB, egress_bytes_per_site, site_egress_usd_per_gb
-from shardmeter.cost.quality import equivalent_token_factor, loss_penalty
+from shardmeter.cost.quality_law import equivalent_token_factor, loss_penalty
 from shardmeter.plan.schema import PlanSpec
 from shardmeter.sim.scenario import outer_payload_bytes
 from shardmeter.spec.pool import PoolSpec
@@ -22,35 +23,65 @@ BoolArray = npt.NDArray[np.bool_]
 
 class QualityTable:
     """Penalty and equivalent-token factor for every island count 1…``max_islands`` and every
-    syncEvery the settings rule may pick (``sync_everies``); FSDP: none."""
+    syncEvery the settings rule may pick (``sync_everies``) at fragmentSyncDelay 0, with the
+    strategy's outer precision; other delays on demand (memoised). FSDP: none. The penalty
+    never falls as the delay grows (`shardmeter.cost.quality_outer`), so the τ = 0 table bounds
+    every layout."""
 
     def __init__(self, spec: PlanSpec, sync_everies: Sequence[int], max_islands: int) -> None:
         self.diloco = spec.strategy.is_diloco
         self.hs = np.array(sorted(set(sync_everies)), dtype=np.int64)
-        n, d = float(spec.model.total_params), float(spec.training.total_tokens)
+        self.params = float(spec.model.total_params)
+        self.tokens = float(spec.training.total_tokens)
+        self.outer_precision = spec.strategy.outer_precision
+        self._at: dict[tuple[int, int, int], tuple[float, float]] = {}
         shape = (max_islands + 1, len(self.hs))
         self.penalty = np.zeros(shape)
         self.factor = np.ones(shape)
         if self.diloco:
             for m in range(1, max_islands + 1):
                 for j, h in enumerate(self.hs):
-                    self.penalty[m, j] = loss_penalty(n, d, m, int(h))
-                    self.factor[m, j] = equivalent_token_factor(n, d, m, int(h))
+                    self.penalty[m, j], self.factor[m, j] = self.at(m, int(h), 0)
         # the least factor of any plan with at least m islands (a bound for the search)
         self.least_from = np.minimum.accumulate(self.factor[::-1].min(axis=1))[::-1]
         self.least = float(self.least_from[1]) if max_islands >= 1 else 1.0
 
-    def lookup(self, islands: IntArray, sync_every: IntArray) -> tuple[FloatArray, FloatArray]:
+    def at(self, islands: int, sync_every: int, fragment_sync_delay: int) -> tuple[float, float]:
+        """(penalty, factor) of one setting."""
+        key = (islands, sync_every, fragment_sync_delay)
+        if key not in self._at:
+            n, d, tau, prec = self.params, self.tokens, fragment_sync_delay, self.outer_precision
+            self._at[key] = (
+                loss_penalty(
+                    n, d, islands, sync_every, fragment_sync_delay=tau, outer_precision=prec
+                ),
+                equivalent_token_factor(
+                    n, d, islands, sync_every, fragment_sync_delay=tau, outer_precision=prec
+                ),
+            )
+        return self._at[key]
+
+    def lookup(
+        self, islands: IntArray, sync_every: IntArray, fragment_sync_delay: IntArray
+    ) -> tuple[FloatArray, FloatArray]:
         """(penalty, factor) per layout; FSDP and empty layouts get (0, 1)."""
         if not self.diloco:
             return np.zeros(len(islands)), np.ones(len(islands))
         m = np.clip(islands, 0, self.penalty.shape[0] - 1)
         j = np.clip(np.searchsorted(self.hs, sync_every), 0, len(self.hs) - 1)
         known = (islands > 0) & (self.hs[j] == sync_every)
-        return (
-            np.where(known, self.penalty[m, j], 0.0),
-            np.where(known, self.factor[m, j], 1.0),
-        )
+        penalty = np.where(known, self.penalty[m, j], 0.0)
+        factor = np.where(known, self.factor[m, j], 1.0)
+        delayed = np.flatnonzero(known & (fragment_sync_delay > 0))
+        if len(delayed):
+            keys = np.stack(
+                [islands[delayed], sync_every[delayed], fragment_sync_delay[delayed]], axis=1
+            )
+            unique, where = np.unique(keys, axis=0, return_inverse=True)
+            values = np.array([self.at(int(a), int(b), int(c)) for a, b, c in unique])
+            penalty[delayed] = values[where.ravel(), 0]
+            factor[delayed] = values[where.ravel(), 1]
+        return penalty, factor
 
     def least_factor(self, islands_at_least: IntArray) -> FloatArray:
         """A lower bound on the factor of any layout with at least this many islands."""

@@ -341,3 +341,17 @@ def test_only_the_live_peer_with_the_highest_priority_leads() -> None:
     assert leads(10, peers, now) and leads(50, peers, now)
     assert not leads(5, peers, now)
     assert not leads(10, {**peers, "b": {**peers["b"], "lastseen": fresh}}, now)
+
+
+def test_a_one_island_diloco_plans_status_says_what_it_runs() -> None:
+    """status.predictions.quality.runs: a one-island DiLoCo plan runs torchft's outer step on
+    its own pseudo-gradient, priced as the paper's M = 1."""
+    raw = copy.deepcopy(PLAN)
+    raw["training"]["totalTokens"] = 20_000_000_000
+    raw.update(pools=[{"name": "cluster-a"}], constraints={"maxIslands": 1})
+    req = plan_request(TrainingPlanSpec.model_validate(raw), {"cluster-a": POOL})
+    out = plan_outcome("one", req, {"cluster-a": None})
+    q = out.predictions.quality
+    assert out.island_count == 1 and q is not None
+    assert q.runs.startswith("one island running torchft's DiLoCo outer step")
+    assert "DiLoCo with M = 1" in q.runs and q.loss_penalty_vs_dp < 0

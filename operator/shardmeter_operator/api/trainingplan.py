@@ -318,6 +318,9 @@ class PredictedQuality(Status):
     """Where the numbers come from, for this plan."""
     warnings: list[str] = Field(default_factory=list, max_length=16)
     """Guard-rails the plan is beyond, extrapolations (empty: within what was measured)."""
+    runs: str = Field(default="", max_length=512)
+    """What the plan's outer level runs, the thing the penalty prices (one island: torchft's
+    DiLoCo outer step on its own pseudo-gradient, DiLoCo with M = 1)."""
 
 
 class Predictions(Status):

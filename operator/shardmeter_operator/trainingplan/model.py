@@ -138,6 +138,7 @@ def footprint(
             dp_equivalent_cost_usd=round(cost_usd * f, 2),
             basis=quality.basis[:1024],
             warnings=[w[:512] for w in quality.warnings[:16]],
+            runs=quality.runs[:512],
         )
     return out
 

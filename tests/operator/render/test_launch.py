@@ -180,6 +180,23 @@ def test_fsdp_plan_has_no_lighthouse_and_no_fault_tolerance() -> None:
     assert "dnsConfig" not in out[0]["spec"]["template"]["spec"]
 
 
+def test_a_one_island_diloco_plan_runs_torchfts_outer_step() -> None:
+    """What the quality model prices a one-island DiLoCo plan as (DiLoCo with M = 1,
+    `shardmeter.cost.quality_outer`) is what launches: torchft's DiLoCo (whose outer Nesterov
+    step torchtitan builds for any group size) in a group of one, syncing every H steps."""
+    out = render(spec(), status(island(0), sync=10, fragments=1, fragment_sync_delay=0))
+    assert [m["kind"] for m in out][:2] == ["Deployment", "Service"]  # the lighthouse
+    flags = shlex.split(env(trainer(next(m for m in out if m["kind"] == "Job")))[ARGS_ENV])
+    for flag in (
+        "--fault_tolerance.enable",
+        "--fault_tolerance.semi_sync_method=diloco",
+        "--fault_tolerance.group_size=1",
+        "--fault_tolerance.min_replica_size=1",
+        "--fault_tolerance.sync_steps=10",
+    ):
+        assert flag in flags, flag
+
+
 def test_min_replicas_and_lighthouse_settings_come_from_the_spec() -> None:
     s = spec(
         faultTolerance={
