@@ -175,6 +175,32 @@ def test_branch_and_bound_objective_matches_brute_force(
 
 
 @settings(max_examples=40, deadline=None, derandomize=True, database=None)
+@given(tiny_plans(), st.sampled_from(["time-budget", "cost-budget"]))
+def test_a_refused_budget_names_the_brute_forces_fastest_or_cheapest_plan(
+    raw: dict[str, Any], kind: str
+) -> None:
+    """A budget below every plan is refused naming the plan the brute force finds fastest
+    (time budget) or cheapest (cost budget), by branch and bound as exhaustively."""
+    refs = brute_force(PlanSpec.model_validate(raw))
+    want = frontier(refs)
+    if not want:
+        return
+    if kind == "time-budget":
+        budget = {"timeBudgetHours": want[0].rank_time_s * 0.99 / 3600}
+        figure = f"takes {want[0].rank_time_s / 3600:,.4g} h"
+    else:
+        budget = {"costBudgetUsd": want[-1].rank_cost_usd * 0.99}
+        figure = f"costs ${want[-1].rank_cost_usd:,.0f}"
+    spec = PlanSpec.model_validate(
+        {**raw, "objective": {**raw["objective"], "kind": kind, **budget}}
+    )
+    for mode in ("exhaustive", "objective"):
+        with pytest.raises(InfeasibleError) as refused:
+            search(spec, force_mode=mode)
+        assert figure in str(refused.value), (mode, str(refused.value))
+
+
+@settings(max_examples=40, deadline=None, derandomize=True, database=None)
 @given(tiny_plans())
 def test_a_co2_budget_matches_brute_force(raw: dict[str, Any]) -> None:
     """A budget between the least and the most CO₂e of the plans: the same plans survive it
