@@ -9,6 +9,7 @@ import math
 from shardmeter.output import format as fmt
 from shardmeter.plan.result import TIE_BREAK, PlanResult, PlanSummary
 from shardmeter.plan.schema import ObjectiveKind
+from shardmeter.plan.unused import unused_pools
 
 
 def _blocking(p: PlanSummary) -> str:
@@ -236,6 +237,7 @@ def render_text(result: PlanResult, files: dict[str, str] | None = None, rows: i
             "(syncEvery); nothing is exchanged between islands"
         )
     lines += paper_reading(result)
+    lines += [f"unused pool {u.pool}: {u.reason}" for u in unused_pools(result)]
     for note in out.notes:
         lines.append(f"note: {note}")
     if files:
