@@ -101,3 +101,32 @@ def test_the_text_report_and_the_json_explain_every_unused_pool() -> None:
     assert u["pool"] == "a100" and u["lost_on"] == "throughput" and u["best_plan_exact"]
     assert any(g["pool"] == "a100" for g in u["best_plan"]["groups"])
     assert f"unused pool a100: {u['reason']}" in text.getvalue()
+
+
+def test_an_equally_fast_pool_is_left_out_for_its_price() -> None:
+    """Two pools of the same H100 nodes at two sites over a slow WAN, min-time: each alone is
+    as fast, the dearer is left out by the canonical order (at equal time, less cost)."""
+    pool: dict[str, Any] = {
+        "gpu": "h100",
+        "nodes": 4,
+        "gpusPerNode": 8,
+        "wanUplink": {"kind": "wan", "latencyS": 0.05, "bandwidthBytesPerS": "0.05 Gbit/s"},
+    }
+    spec = PlanSpec.model_validate(
+        {
+            "model": "llama-3.1-8b",
+            "training": {"seqLenTokens": 8192, "globalBatchTokens": 2097152},
+            "strategy": {"kind": "streaming-diloco", "maxSyncEvery": 20},
+            "pools": [
+                {**pool, "name": "east", "site": "east", "pricePerGpuHourUsd": 2.5},
+                {**pool, "name": "west", "site": "west", "pricePerGpuHourUsd": 2.0},
+            ],
+            "objective": {"kind": "min-time"},
+        }
+    )
+    r = build_result(search(spec))
+    assert [g.pool for g in r.chosen.groups] == ["west"]
+    (u,) = unused_pools(r)
+    assert u.pool == "east" and u.lost_on == "tie" and u.plan is not None
+    assert u.plan.rank_hours == pytest.approx(r.chosen.rank_hours)
+    assert "of equally fast plans the cheaper goes first" in u.reason

@@ -133,7 +133,8 @@ def _explain(result: PlanResult, p: int) -> UnusedPool:
         if exact
         else f"the best plan found with it (not proven best), {alt.label}, "
     )
-    return UnusedPool(name, alt, exact, lost_on, head + _why(result, alt, lost_on))
+    lost_on, why = _why(result, alt, lost_on)
+    return UnusedPool(name, alt, exact, lost_on, head + why)
 
 
 def _no_plan(result: PlanResult, p: int, extra: Evaluation | None) -> str:
@@ -197,8 +198,9 @@ def _best(result: PlanResult, ev: Evaluation) -> tuple[int, str]:
 
 
 # ---- the sentence ---------------------------------------------------------------------------
-def _why(result: PlanResult, alt: PlanSummary, lost_on: str) -> str:
-    """The verdict against the chosen plan, then what makes the difference."""
+def _why(result: PlanResult, alt: PlanSummary, lost_on: str) -> tuple[str, str]:
+    """(what it lost on, the verdict against the chosen plan and what makes the difference);
+    equal on the objective's figure, it lost on the tie-break (``tie``)."""
     c = result.chosen
     obj = result.output.spec.objective
     dp = " to reach data-parallel's loss" if c.ranked_by_quality else ""
@@ -210,7 +212,9 @@ def _why(result: PlanResult, alt: PlanSummary, lost_on: str) -> str:
         "energy": (_ranked(alt, alt.energy_kwh), _ranked(c, c.energy_kwh)),
         "co2": (_ranked(alt, alt.co2_kg), _ranked(c, c.co2_kg)),
     }
+    tie = ""
     if lost_on in figures and figures[lost_on][0] <= figures[lost_on][1] * (1 + 1e-9):
+        tie = _tie_break(lost_on, a_h, c_h, a_usd, c_usd, dp)
         lost_on = "tie"
     verdict = {
         "time": f"takes {a_h:,.1f} h{dp} against {c_h:,.1f} h ({_change(a_h, c_h)})",
@@ -233,11 +237,34 @@ def _why(result: PlanResult, alt: PlanSummary, lost_on: str) -> str:
             else f"costs ${a_usd:,.0f}{dp}, over objective.costBudgetUsd "
             f"${float(obj.cost_budget_usd or 0):,.0f}"
         ),
-        "tie": f"ties with the chosen plan ({a_h:,.1f} h, ${a_usd:,.0f}{dp}); equal plans go by "
-        "the canonical order (fewer nodes and islands, then pools in file order)",
+        "tie": tie,
     }[lost_on]
     causes = _causes(result, alt)
-    return verdict + (": " + "; ".join(causes) if causes else "")
+    return lost_on, verdict + (": " + "; ".join(causes) if causes else "")
+
+
+def _tie_break(figure: str, a_h: float, c_h: float, a_usd: float, c_usd: float, dp: str) -> str:
+    """Equal on the objective's ``figure``: the canonical order (`TIE_BREAK`) decided — less
+    time, then less cost, then fewer nodes, islands, pools in file order."""
+    slower, dearer = a_h > c_h * (1 + 1e-9), a_usd > c_usd * (1 + 1e-9)
+    if figure == "time" and dearer:
+        return (
+            f"takes as long as the chosen plan ({a_h:,.1f} h{dp}) but costs ${a_usd:,.0f} "
+            f"against ${c_usd:,.0f} ({_change(a_usd, c_usd)}): of equally fast plans the "
+            "cheaper goes first"
+        )
+    if slower:
+        what = {"cost": f"costs as much as the chosen plan (${a_usd:,.0f}{dp})"}.get(
+            figure, f"ties with the chosen plan on {figure}"
+        )
+        return (
+            f"{what} but takes {a_h:,.1f} h against {c_h:,.1f} h ({_change(a_h, c_h)}): of "
+            "equal plans the faster goes first"
+        )
+    return (
+        f"ties with the chosen plan ({a_h:,.1f} h, ${a_usd:,.0f}{dp}); equal plans go by "
+        "the canonical order (fewer nodes, fewer islands, then pools in file order)"
+    )
 
 
 def _islands(n: int) -> str:
