@@ -61,15 +61,8 @@ def unused_pools(result: PlanResult) -> list[UnusedPool]:
             continue
         ctx = by_name.get(pool.name)
         if ctx is None:
-            found.append(
-                UnusedPool(
-                    pool.name,
-                    None,
-                    True,
-                    "excluded",
-                    "not in constraints.allowedPools",
-                )
-            )
+            reason = "not in constraints.allowedPools"
+            found.append(UnusedPool(pool.name, None, True, "excluded", reason))
             continue
         found.append(_explain(result, ctx.index))
     return found
@@ -125,7 +118,7 @@ def _explain(result: PlanResult, p: int) -> UnusedPool:
         return UnusedPool(name, None, True, "infeasible", f"no island of it fits: {why}")
     cands, exact, extra = _candidates(result, p)
     if not len(cands):
-        return UnusedPool(name, None, exact, "infeasible", _no_plan(result, p, extra))
+        return UnusedPool(name, None, exact, "infeasible", _no_plan(result, extra))
     i, lost_on = _best(result, cands)
     alt = summarise(out, cands, i)
     head = (
@@ -137,8 +130,8 @@ def _explain(result: PlanResult, p: int) -> UnusedPool:
     return UnusedPool(name, alt, exact, lost_on, head + why)
 
 
-def _no_plan(result: PlanResult, p: int, extra: Evaluation | None) -> str:
-    """Why no feasible plan uses pool ``p``: the verdicts of its layouts."""
+def _no_plan(result: PlanResult, extra: Evaluation | None) -> str:
+    """Why no feasible plan uses the pool: the verdicts of its layouts (``extra``)."""
     spec = result.output.spec
     if extra is None or not len(extra):
         return "no plan with it within constraints.maxIslands and maxGpus"
