@@ -2,7 +2,8 @@
 exhaustively in ≤ 1 s; 10 pools × 64 nodes × 8 GPUs with ≤ 16 islands at 2 Mi- and 8 Mi-token
 global batches in ≤ 30 s with the optimum proven; ``seqLenTokens: 1`` without blowing up.
 Prints medians (every run simulates from scratch: the FSDP step cache is cleared) and whether
-each search proved its optimum, plus the case study's reading beside the paper's.
+each search proved its optimum, plus the case study's reading beside the paper's and what
+explaining the unused pools costs after each search (`shardmeter.plan.unused`).
 
     .venv/bin/python benchmarks/bench_optimizer.py [--repeats N] [--skip-large] [--runtime R]
 """
@@ -18,6 +19,7 @@ from pathlib import Path
 from shardmeter.plan.result import PlanResult, build_result
 from shardmeter.plan.schema import PlanSpec, load_plan
 from shardmeter.plan.search import SearchOutput, search
+from shardmeter.plan.unused import unused_pools
 from shardmeter.sim.fsdp import fsdp_step_seconds
 
 REPO = Path(__file__).resolve().parents[1]
@@ -86,6 +88,23 @@ def line(name: str, samples: list[float], out: SearchOutput, target: str) -> str
     )
 
 
+def unused_line(out: SearchOutput, repeats: int) -> str:
+    """What explaining the unused pools costs on top of the search (`unused_pools`: the
+    layouts scored that use each pool and, after branch and bound, the chosen plan with
+    each of its options added), and the first explanation."""
+    r = build_result(out)
+    samples = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        unused = unused_pools(r)
+        samples.append(time.perf_counter() - t0)
+    first = unused[0].reason if unused else "-"
+    return (
+        f"  unused pools explained: {len(unused)} in median {1000 * statistics.median(samples):.0f} ms "
+        f"over {repeats} runs; first: {first[:160]}"
+    )
+
+
 def plan_line(r: PlanResult) -> str:
     c, f = r.chosen, r.fastest
     return (
@@ -110,6 +129,7 @@ def main() -> None:
     r = build_result(out)
     print(line(f"case study ({spec.runtime.value})", samples, out, "≤ 1 s"))
     print(plan_line(r))
+    print(unused_line(out, args.repeats))
     s = r.spread
     print(
         f"  saving of the chosen plan against the fastest: {r.saving_vs_fastest:.2%}; "
@@ -140,6 +160,7 @@ def main() -> None:
                 )
             )
             print(plan_line(build_result(out)))
+            print(unused_line(out, max(1, min(args.repeats, 3))))
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from shardmeter.errors import InfeasibleError
 from shardmeter.plan.result import PlanSummary, build_result, summarise
 from shardmeter.plan.schema import PlanSpec
 from shardmeter.plan.search import search
+from shardmeter.plan.unused import unused_pools
 from strategies import random_spec, tiny_plans
 
 REL = 1e-6
@@ -172,6 +173,76 @@ def test_branch_and_bound_objective_matches_brute_force(
     assert chosen.hours * 3600 == pytest.approx(best.time_s, rel=REL)
     assert chosen.cost_usd == pytest.approx(best.cost_usd, rel=REL)
     assert chosen.energy_kwh == pytest.approx(best.energy_kwh, rel=REL)
+
+
+@settings(max_examples=40, deadline=None, derandomize=True, database=None)
+@given(
+    tiny_plans(),
+    st.sampled_from(
+        [
+            {"kind": "min-time"},
+            {"kind": "min-cost"},
+            {"kind": "throughput-fraction", "throughputFraction": 0.9},
+        ]
+    ),
+)
+def test_an_unused_pools_best_plan_matches_brute_force(
+    raw: dict[str, Any], objective: dict[str, Any]
+) -> None:
+    """Each pool the chosen plan leaves out is explained with the plan the objective would
+    pick among the brute force's plans that use it (or none, when none does)."""
+    objective = {**raw["objective"], **objective}
+    spec = PlanSpec.model_validate({**raw, "objective": objective})
+    every = brute_force(spec)
+    if not every:
+        return
+    result = build_result(search(spec, force_mode="exhaustive"))
+    fastest = min(r.rank_time_s for r in every)
+    for u in unused_pools(result):
+        mine = [r for r in every if any(g[0] == u.pool for g in r.layout)]
+        if not mine:
+            assert u.plan is None and u.lost_on in ("infeasible", "excluded"), u
+            continue
+        assert u.plan is not None and u.exact, u
+        got_time, got_cost = u.plan.rank_hours * 3600, u.plan.rank_cost_usd
+        if objective["kind"] == "min-time":
+            assert got_time == pytest.approx(min(r.rank_time_s for r in mine), rel=REL)
+            continue
+        if objective["kind"] == "throughput-fraction":
+            cap = fastest / 0.9 * (1 + 1e-12)
+            within = [r for r in mine if r.rank_time_s <= cap]
+            if not within:
+                assert u.lost_on == "throughput"
+                assert got_time == pytest.approx(min(r.rank_time_s for r in mine), rel=REL)
+                continue
+            mine = within
+        assert got_cost == pytest.approx(min(r.rank_cost_usd for r in mine), rel=REL)
+
+
+@settings(max_examples=40, deadline=None, derandomize=True, database=None)
+@given(tiny_plans(), st.sampled_from(["time-budget", "cost-budget"]))
+def test_a_refused_budget_names_the_brute_forces_fastest_or_cheapest_plan(
+    raw: dict[str, Any], kind: str
+) -> None:
+    """A budget below every plan is refused naming the plan the brute force finds fastest
+    (time budget) or cheapest (cost budget), by branch and bound as exhaustively."""
+    refs = brute_force(PlanSpec.model_validate(raw))
+    want = frontier(refs)
+    if not want:
+        return
+    if kind == "time-budget":
+        budget = {"timeBudgetHours": want[0].rank_time_s * 0.99 / 3600}
+        figure = f"takes {want[0].rank_time_s / 3600:,.4g} h"
+    else:
+        budget = {"costBudgetUsd": want[-1].rank_cost_usd * 0.99}
+        figure = f"costs ${want[-1].rank_cost_usd:,.0f}"
+    spec = PlanSpec.model_validate(
+        {**raw, "objective": {**raw["objective"], "kind": kind, **budget}}
+    )
+    for mode in ("exhaustive", "objective"):
+        with pytest.raises(InfeasibleError) as refused:
+            search(spec, force_mode=mode)
+        assert figure in str(refused.value), (mode, str(refused.value))
 
 
 @settings(max_examples=40, deadline=None, derandomize=True, database=None)

@@ -4,13 +4,17 @@ name the binding constraint. Equality with the brute force: `test_plan_bruteforc
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from shardmeter.errors import InfeasibleError
 from shardmeter.plan.result import build_result
-from shardmeter.plan.schema import PlanSpec
+from shardmeter.plan.schema import ObjectiveKind, PlanSpec, load_plan
 from shardmeter.plan.search import search
 from strategies import random_spec
+
+FIXTURES = Path(__file__).parent / "fixtures" / "plans"
 
 
 def plan(spec: PlanSpec) -> object:
@@ -117,6 +121,41 @@ def test_infeasible_budget_names_the_objective_field() -> None:
     )
     with pytest.raises(InfeasibleError, match=r"raise objective\.timeBudgetHours"):
         search(spec)
+
+
+def test_a_refused_time_budget_names_the_plan_min_time_finds() -> None:
+    """Sailor's two-zone OPT-350M instance (issue 37): branch and bound's cheapest-within-the-
+    budget pass scores only what its caps let through, and the refusal once named the fastest
+    of those (4.3 h) instead of the fastest plan (1.45 h, which min-time finds)."""
+    spec, _ = load_plan(FIXTURES / "sailor-opt350m-two-zones.yaml")
+    fastest = build_result(search(spec))
+    assert fastest.output.stats.mode == "objective"  # branch and bound, not every layout
+    budget = fastest.chosen.hours * 0.95
+    refused = spec.model_copy(
+        update={
+            "objective": spec.objective.model_copy(
+                update={"kind": ObjectiveKind.TIME_BUDGET, "time_budget_hours": budget}
+            )
+        }
+    )
+    with pytest.raises(InfeasibleError) as exc:
+        search(refused)
+    assert f"the fastest, {fastest.chosen.label}, takes {fastest.chosen.hours:,.4g} h" in str(
+        exc.value
+    )
+    # a budget it meets picks a plan; the report's fastest is min-time's
+    accepted = build_result(
+        search(
+            refused.model_copy(
+                update={
+                    "objective": refused.objective.model_copy(
+                        update={"time_budget_hours": fastest.chosen.hours * 1.5}
+                    )
+                }
+            )
+        )
+    )
+    assert accepted.fastest.layout == fastest.chosen.layout
 
 
 def test_short_accumulations_are_simulated_as_the_step_model_does() -> None:

@@ -7,6 +7,7 @@ from dataclasses import asdict
 from typing import Any
 
 from shardmeter.plan.result import TIE_BREAK, PlanResult, PlanSummary
+from shardmeter.plan.unused import unused_pools
 
 
 def result_dict(
@@ -73,6 +74,16 @@ def result_dict(
             ],
         },
         "notes": out.notes,
+        "unused_pools": [
+            {
+                "pool": u.pool,
+                "best_plan": u.plan.as_dict() if u.plan is not None else None,
+                "best_plan_exact": u.exact,
+                "lost_on": u.lost_on,
+                "reason": u.reason,
+            }
+            for u in unused_pools(result)
+        ],
         "excluded_shapes": {c.pool.name: c.notes for c in out.contexts if c.notes},
         "files": files or {},
     }

@@ -10,6 +10,7 @@ from shardmeter.cost.quality import DATA_PARALLEL_BASIS
 from shardmeter.output import format as fmt
 from shardmeter.plan.result import TIE_BREAK, PlanResult, PlanSummary
 from shardmeter.plan.schema import ObjectiveKind
+from shardmeter.plan.unused import unused_pools
 
 
 def _blocking(p: PlanSummary) -> str:
@@ -246,6 +247,7 @@ def render_text(
             "(syncEvery); nothing is exchanged between islands"
         )
     lines += paper_reading(result, details)
+    lines += [f"unused pool {u.pool}: {u.reason}" for u in unused_pools(result)]
     for note in out.notes:
         lines.append(f"note: {note}")
     if not details:

@@ -7,6 +7,7 @@ else the figures for ``totalTokens`` as they are."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 import numpy.typing as npt
@@ -60,9 +61,12 @@ def _first_least(order: npt.NDArray[np.int64], values: npt.NDArray[np.float64]) 
     return int(order[np.flatnonzero(values[order] == least)[0]])
 
 
-def select(evaluated: Evaluation, spec: PlanSpec) -> tuple[int, int]:
+def select(
+    evaluated: Evaluation, spec: PlanSpec, describe: Callable[[int], str] = str
+) -> tuple[int, int]:
     """(chosen, fastest): indices into ``evaluated`` (feasible layouts) for the objective.
-    Ties on the objective's figure go by the canonical order (time, cost, nodes, …)."""
+    Ties on the objective's figure go by the canonical order (time, cost, nodes, …). A budget
+    no plan meets is refused naming the fastest (or cheapest) plan, ``describe(index)``."""
     obj = spec.objective
     order = canonical_order(evaluated)
     fastest = int(order[0])
@@ -84,9 +88,13 @@ def select(evaluated: Evaluation, spec: PlanSpec) -> tuple[int, int]:
         assert obj.cost_budget_usd is not None
         ok = order[cost[order] <= obj.cost_budget_usd * (1 + RELATIVE_TIE)]
         if not len(ok):
+            cheapest = _first_least(order, cost)
             raise InfeasibleError(
-                f"no plan costs ≤ ${obj.cost_budget_usd:,.0f}; the cheapest costs "
-                f"${cost.min():,.0f} — raise objective.costBudgetUsd",
+                f"no plan costs ≤ ${obj.cost_budget_usd:,.0f}; the cheapest, "
+                f"{describe(cheapest)}, costs ${cost[cheapest]:,.0f}"
+                + (" to reach data-parallel's loss" if obj.quality_adjusted else "")
+                + " — raise "
+                "objective.costBudgetUsd",
                 "objective.costBudgetUsd",
             )
         return int(ok[0]), fastest
@@ -94,8 +102,11 @@ def select(evaluated: Evaluation, spec: PlanSpec) -> tuple[int, int]:
     ok = order[time_s[order] <= obj.time_budget_hours * 3600 * (1 + RELATIVE_TIE)]
     if not len(ok):
         raise InfeasibleError(
-            f"no plan finishes within {obj.time_budget_hours:g} h; the fastest takes "
-            f"{time_s[fastest] / 3600:,.1f} h — raise objective.timeBudgetHours",
+            f"no plan finishes within {obj.time_budget_hours:g} h; the fastest, "
+            f"{describe(fastest)}, takes {time_s[fastest] / 3600:,.4g} h"
+            + (" to reach data-parallel's loss" if obj.quality_adjusted else "")
+            + " — raise "
+            "objective.timeBudgetHours",
             "objective.timeBudgetHours",
         )
     return _first_least(ok, cost), fastest

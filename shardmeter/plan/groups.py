@@ -8,6 +8,7 @@ and what each island is predicted to do.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from shardmeter.spec.training import GradientSync
@@ -38,3 +39,10 @@ class IslandGroup:
     def label(self) -> str:
         """ "k×N×G GPU", as in the paper's Fig. 8."""
         return f"{self.count}×{self.nodes}×{self.gpus_per_node} {self.gpu.split('-')[0]}"
+
+
+def plan_label(groups: Sequence[IslandGroup]) -> str:
+    """A plan's groups joined by "+"; a group names its pool when another group has the same
+    GPU (e.g. "2×2×8 A100 (zone-a) + 2×2×8 A100 (zone-b)")."""
+    gpus = [g.gpu for g in groups]
+    return " + ".join(g.label + (f" ({g.pool})" if gpus.count(g.gpu) > 1 else "") for g in groups)

@@ -15,7 +15,7 @@ import numpy as np
 from shardmeter.cost.quality import QualityEstimate, data_parallel_quality, strategy_quality
 from shardmeter.plan.evaluate import Evaluation
 from shardmeter.plan.frontier import RELATIVE_TIE, canonical_order
-from shardmeter.plan.groups import IslandGroup
+from shardmeter.plan.groups import IslandGroup, plan_label
 from shardmeter.plan.schema import ObjectiveKind, PlanSpec, Runtime
 from shardmeter.plan.search import SearchOutput
 from shardmeter.sim.bottleneck import Bottleneck, blocks
@@ -110,10 +110,7 @@ class PlanSummary:
     @property
     def label(self) -> str:
         """Groups joined by "+"; a group names its pool when another group has the same GPU."""
-        gpus = [g.gpu for g in self.groups]
-        return " + ".join(
-            g.label + (f" ({g.pool})" if gpus.count(g.gpu) > 1 else "") for g in self.groups
-        )
+        return plan_label(self.groups)
 
     @property
     def layout(self) -> tuple[tuple[str, int, int, int], ...]:

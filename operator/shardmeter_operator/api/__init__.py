@@ -59,6 +59,7 @@ from shardmeter_operator.api.trainingplan import (
     TrainingPlanPhase,
     TrainingPlanSpec,
     TrainingPlanStatus,
+    UnusedPool,
     WorkloadKind,
 )
 
@@ -102,5 +103,6 @@ __all__ = [
     "TrainingPlanPhase",
     "TrainingPlanSpec",
     "TrainingPlanStatus",
+    "UnusedPool",
     "WorkloadKind",
 ]

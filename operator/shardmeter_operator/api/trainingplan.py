@@ -352,6 +352,20 @@ class FrontierPoint(Status):
     cost_usd: float
 
 
+class UnusedPool(Status):
+    """A pool of ``spec.pools`` the chosen plan does not use, and why: the best plan found
+    that uses it and what it lost on (`shardmeter.plan.unused`)."""
+
+    pool: str = Field(max_length=253)
+    best_plan: str = Field(default="", max_length=512)
+    """The best plan found that uses the pool, by the objective's rule (empty: none can)."""
+    hours: float | None = Field(default=None, exclude_if=lambda v: v is None)
+    cost_usd: float | None = Field(default=None, exclude_if=lambda v: v is None)
+    lost_on: str = Field(default="", max_length=32)
+    """time, cost, energy, co2, throughput, budget, tie, infeasible or excluded."""
+    reason: str = Field(default="", max_length=2048)
+
+
 class PoolCoefficients(Status):
     pool: str = Field(max_length=253)
     source: Literal["measured", "prior"]
@@ -371,6 +385,9 @@ class TrainingPlanStatus(Status):
     streaming_di_lo_co: DiLoCoSettings | None = Field(default=None, alias="streamingDiLoCo")
     predictions: Predictions | None = None
     frontier: list[FrontierPoint] = Field(default_factory=list, max_length=10)
+    unused_pools: list[UnusedPool] = Field(default_factory=list, max_length=64)
+    """The pools the chosen plan leaves out, each with the best plan that uses it and why it
+    lost."""
     coefficients: list[PoolCoefficients] = Field(default_factory=list, max_length=64)
     jobs: list[str] = Field(default_factory=list, max_length=64)
     launch: LaunchRecord | None = None

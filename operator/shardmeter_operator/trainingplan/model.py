@@ -21,6 +21,7 @@ from shardmeter.plan.groups import IslandGroup
 from shardmeter.plan.result import build_result
 from shardmeter.plan.schema import PlanPool, PlanSpec
 from shardmeter.plan.search import SpaceStore, search
+from shardmeter.plan.unused import unused_pools
 from shardmeter.sim.bottleneck import Bottleneck, blocks
 from shardmeter.sim.settings import SettingsChoice
 from shardmeter_operator.api import (
@@ -31,6 +32,7 @@ from shardmeter_operator.api import (
     PredictedQuality,
     Predictions,
     TrainingPlanSpec,
+    UnusedPool,
 )
 from shardmeter_operator.api.errors import PoolInvalidError, PoolNotFoundError
 from shardmeter_operator.render.island import island_job_name
@@ -156,6 +158,8 @@ class PlanOutcome:
     frontier: list[FrontierPoint]
     sources: dict[str, str]
     """Pool → "measured" | "prior"."""
+    unused_pools: list[UnusedPool]
+    """The pools the plan leaves out, and why."""
 
 
 def plan_outcome(
@@ -208,6 +212,17 @@ def plan_outcome(
         )
         for p in result.frontier[:FRONTIER_IN_STATUS]
     ]
+    unused = [
+        UnusedPool(
+            pool=u.pool,
+            best_plan=u.plan.label[:512] if u.plan is not None else "",
+            hours=round(u.plan.hours, 4) if u.plan is not None else None,
+            cost_usd=round(u.plan.cost_usd, 2) if u.plan is not None else None,
+            lost_on=u.lost_on,
+            reason=u.reason[:2048],
+        )
+        for u in unused_pools(result)
+    ]
     return PlanOutcome(
         c.label,
         c.islands,
@@ -217,6 +232,7 @@ def plan_outcome(
         predictions,
         frontier,
         dict(result.coefficient_sources),
+        unused,
     )
 
 

@@ -158,12 +158,19 @@ def search(
         st.phase = TrainingPlanPhase.INFEASIBLE
         st.predictions, st.islands, st.island_count, st.gpus = None, [], 0, 0
         st.plan, st.frontier, st.streaming_di_lo_co, st.jobs = "", [], None, []
+        st.unused_pools = []
         return None
     out.search_s = time.perf_counter() - started
     p = outcome.predictions
     message = (
         f"{outcome.plan}: {p.tokens_per_second:,.0f} tokens/s, {p.hours:,.1f} h, ${p.cost_usd:,.0f}"
     )
+    if outcome.unused_pools:
+        message += (
+            "; not used: "
+            + ", ".join(u.pool for u in outcome.unused_pools)
+            + " (status.unusedPools says why)"
+        )
     if get_condition(st.conditions, Type.PLANNED) is None or st.plan != outcome.plan:
         out.events.append(("Normal", "Planned", message))
     st.conditions = set_condition(

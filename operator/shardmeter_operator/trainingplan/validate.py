@@ -81,3 +81,4 @@ def apply_outcome(st: TrainingPlanStatus, outcome: PlanOutcome) -> None:
     st.plan, st.island_count, st.gpus = outcome.plan, outcome.island_count, outcome.gpus
     st.islands, st.streaming_di_lo_co = outcome.islands, outcome.settings
     st.predictions, st.frontier = outcome.predictions, outcome.frontier
+    st.unused_pools = outcome.unused_pools
