@@ -26,9 +26,7 @@ H200 = PoolSpec(name="p", gpu="h200", nodes=1, gpus_per_node=8)
 
 
 def _cm(seq: int, **training: object) -> CostModel:
-    t = TrainingSpec.model_validate(
-        {"seq_len_tokens": seq, "global_batch_tokens": seq, **training}
-    )
+    t = TrainingSpec.model_validate({"seq_len_tokens": seq, "global_batch_tokens": seq, **training})
     return CostModel(SMOL, t, H200)
 
 
