@@ -46,6 +46,7 @@ from shardmeter.calibration import (
     evaluate,
     load_document,
 )
+from shardmeter.cost.host import HostSeconds
 from shardmeter.cost.model import CostModel
 from shardmeter.errors import ShardMeterError
 
@@ -103,6 +104,13 @@ def _contention_by_time() -> Iterator[None]:
         yield
 
 
+@contextmanager
+def _no_host_overhead() -> Iterator[None]:
+    idle = HostSeconds(0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+    with mock.patch("shardmeter.cost.model.unit_host_seconds", lambda *_a, **_k: idle):
+        yield
+
+
 Ablation = tuple[str, Callable[[Mapping[str, Any]], dict[str, Any]], Callable[[], Any]]
 ABLATIONS: list[Ablation] = [
     (
@@ -116,6 +124,7 @@ ABLATIONS: list[Ablation] = [
     ("comm contention by bytes", dict, _contention_by_time),
     ("loss outside compile", lambda p: {**p, "torch_compile_loss": True}, _no_patch),
     ("attention kernel as run", lambda p: {**p, "attention_kernel": "flash2"}, _no_patch),
+    ("host overhead", dict, _no_host_overhead),
 ]
 """(name, point rewrite that turns the mechanism off, context that turns it off in code)."""
 
@@ -193,7 +202,23 @@ def render_ablations(document: Document, report: Report) -> str:
     for name, r in off:
         preds = [_with_ratio(p, r[p.id]) for p in report.predictions]
         lines.append(_summary_line(f"without {name}", Summary.of(preds)))
+    lines += ["", "median effect of each mechanism per group (ratio with ÷ without − 1)"]
+    lines.append(f"{'group':<30} " + " ".join(f"{n[:24]:>24}" for n in names))
+    for group, effects in group_effects(report, off).items():
+        lines.append(f"{group:<30} " + " ".join(f"{_pct(e, True):>24}" for e in effects))
     return "\n".join(lines)
+
+
+def group_effects(
+    report: Report, off: list[tuple[str, dict[str, float]]]
+) -> dict[str, list[float]]:
+    """Per group (one publication's table), each mechanism's median effect on the predicted
+    ÷ published ratio: what the mechanism does to that group's points."""
+    out: dict[str, list[float]] = {}
+    for group, _ in report.by(lambda p: p.source).items():
+        points = [p for p in report.predictions if p.source == group]
+        out[group] = [statistics.median(p.ratio / r[p.id] - 1 for p in points) for _, r in off]
+    return out
 
 
 def _with_ratio(p: Prediction, ratio: float) -> Prediction:
@@ -291,10 +316,22 @@ def render_markdown(
             "| mechanism turned off | points | median \\|error\\| | max \\|error\\| | bias |",
             "| --- | ---: | ---: | ---: | ---: |",
         ]
+        off = []
         for ablation in ABLATIONS:
             ratios = {p.id: p.ratio for p in ablated(documents[path], ablation).predictions}
+            off.append((ablation[0], ratios))
             preds = [_with_ratio(p, ratios[p.id]) for p in report.predictions]
             out.append(_md_summary(ablation[0], Summary.of(preds)))
+        out += [
+            "",
+            "Median effect of each mechanism per group (predicted ÷ published with it, ÷ "
+            "without it, − 1; 0 where it does not act):",
+            "",
+            "| group | " + " | ".join(n for n, _ in off) + " |",
+            "| --- |" + " ---: |" * len(off),
+        ]
+        for group, effects in group_effects(report, off).items():
+            out.append(f"| {group} | " + " | ".join(_pct(e, True) for e in effects) + " |")
     return "\n".join(out) + "\n"
 
 

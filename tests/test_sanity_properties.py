@@ -109,7 +109,11 @@ def test_compile_and_float8_are_never_slower(
     t_compiled = step_s(model, compiled, gpu, nodes, 1, 2)
     assert t_compiled <= t_eager
     assert step_s(model, fp8, gpu, nodes, 1, 2) <= t_compiled
-    assert step_s(model, fp8_eager, gpu, nodes, 1, 2) <= t_eager
+    # eager float8 launches ~16 cast kernels per linear: where that makes the host the slower
+    # side (`shardmeter.cost.host`) it may be slower than eager bf16, as torchao warns
+    pool = PoolSpec(name="p", gpu=gpu, nodes=16, gpus_per_node=8)
+    if not CostModel(model, fp8_eager, pool).unit_times(1).host_bound:
+        assert step_s(model, fp8_eager, gpu, nodes, 1, 2) <= t_eager
 
 
 @given(

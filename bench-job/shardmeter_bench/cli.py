@@ -87,7 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
         default="full",
         help="shape range: full = the paper's Table I, small = a quick CPU range (default: full)",
     )
-    g.add_argument("--configs", type=int, help="catalog shapes (default 200 GPU, 24 CPU, 12 small)")
+    g.add_argument("--configs", type=int, help="catalog shapes (default 16 GPU, 24 CPU, 12 small)")
     g.add_argument(
         "--repeats",
         type=int,
@@ -114,6 +114,14 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         help=f"intra-op threads per rank (0–{MAX_THREADS}; default 1 on CPU: far steadier; "
         "0 = torch's)",
+    )
+    g.add_argument(
+        "--block",
+        choices=("auto", "reference", "torchtitan"),
+        default="auto",
+        help="profiled block: torchtitan's Llama 3 block with the attention it runs "
+        "(FlexAttention on CUDA), the reference block, or auto = torchtitan's on CUDA where "
+        "it imports, else the reference (default: auto)",
     )
     g.add_argument(
         "--max-memory-gib",
@@ -337,6 +345,7 @@ def main(argv: Sequence[str] | None = None, exits_after: bool = False) -> int:
             precision=args.precision,
             coefficients=args.coefficients,
             max_memory_gib=args.max_memory_gib,
+            block=args.block,
             exits_after=exits_after,
             argv=tuple(raw),
         )

@@ -63,7 +63,10 @@ def fit(
     pool: str | None,
     device_type: str,
     notes: Sequence[str] = (),
+    attention_kernel: AttentionKernel | None = None,
 ) -> CoefficientsDocument:
+    """The measured document; ``attention_kernel``: the kernel the profiled block's attention
+    ran (`runconfig.profiled_block`), None when not known (a CPU)."""
     if device_type == "cpu":
         gpu, raised = probed_peak_at_least_demonstrated(gpu, precision, compute)
         notes = [*notes, *raised]
@@ -78,8 +81,8 @@ def fit(
         pool=pool,
         software=software_versions(device_type),
     )
-    if device_type == "cuda":  # attention ran in torchtitan's order (compute/blocks.py)
-        doc = doc.model_copy(update={"attention_kernel": AttentionKernel.CUDNN})
+    if attention_kernel is not None:
+        doc = doc.model_copy(update={"attention_kernel": attention_kernel})
     if notes:
         doc = doc.model_copy(update={"notes": [*notes, *doc.notes]})
     return doc

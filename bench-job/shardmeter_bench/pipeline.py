@@ -16,8 +16,9 @@ import time
 
 import torch
 
-from shardmeter.cost.coefficients import CoefficientsDocument, CommSample
+from shardmeter.cost.coefficients import CoefficientsDocument, CommSample, ValidationVerdict
 from shardmeter.spec.hardware import GPUSpec
+from shardmeter.spec.training import AttentionKernel
 from shardmeter_bench import fit
 from shardmeter_bench.collectives import distributed
 from shardmeter_bench.collectives.distributed import DistContext
@@ -41,6 +42,7 @@ from shardmeter_bench.runconfig import (
     device_spec,
     load_average,
     machine_description,
+    profiled_block,
     validation_share,
     validation_specs,
 )
@@ -50,7 +52,11 @@ log = get_logger(__name__)
 
 
 def _profile(
-    cfg: RunConfig, ctx: DistContext, device: torch.device, truth: Interleaved | None
+    cfg: RunConfig,
+    ctx: DistContext,
+    device: torch.device,
+    truth: Interleaved | None,
+    block: str,
 ) -> ComputeResult:
     scale = cfg.scale_range
     shapes = generate_catalog(
@@ -69,7 +75,9 @@ def _profile(
         if not mine:
             truth.measure_all(device, cfg)
         truth.measured = True
-    part = profile_catalog(mine, scale, device, cfg.dtype, cfg.repeats, cfg.seed, after_shape)
+    part = profile_catalog(
+        mine, scale, device, cfg.dtype, cfg.repeats, cfg.seed, after_shape, block
+    )
     parts = distributed.gather_to_main(part, ctx) or []
     merged = ComputeResult()
     for p in parts:
@@ -113,6 +121,7 @@ def _fit_and_publish(
     compute: ComputeResult,
     comm: list[CommSample],
     notes: list[str],
+    attention_kernel: AttentionKernel | None = None,
 ) -> RunResult:
     intra, inter = default_links(gpu, cfg.device_type, cfg.intra_node_link, cfg.inter_node_link)
     if compute.oom_stops:
@@ -130,8 +139,19 @@ def _fit_and_publish(
         pool=cfg.pool,
         device_type=cfg.device_type,
         notes=notes,
+        attention_kernel=attention_kernel,
     )
     result = RunResult(doc=doc, summary=fit.fit_summary(doc))
+    if cfg.mode != "validate":
+        _write_and_publish(cfg, result)
+    return result
+
+
+def _write_and_publish(cfg: RunConfig, result: RunResult) -> None:
+    """Write the document (``--out``, or the default file without ``--publish``) and patch the
+    ConfigMap (``--publish``)."""
+    doc = result.doc
+    assert doc is not None
     if cfg.out or not cfg.publish:
         path = doc.write(cfg.out or "shardmeter-coefficients.json")
         result.outputs["coefficients"] = str(path)
@@ -142,7 +162,17 @@ def _fit_and_publish(
         result.outputs["configmap"] = publish_configmap(
             doc, parse_target(cfg.publish), cfg.namespace
         )
-    return result
+
+
+def _judge_and_publish(cfg: RunConfig, result: RunResult) -> None:
+    """``validate`` that measured: the document carries its verdict against the priors
+    (`ValidationVerdict`) when it is written and published, so the operator can judge it."""
+    verdict = (result.report or {}).get("verdict")
+    if verdict is not None and result.doc is not None:
+        judged = ValidationVerdict.model_validate(verdict)
+        result.doc = result.doc.model_copy(update={"validation": judged})
+        log.info("validation_verdict", beats_priors=judged.beats_priors, verdict=judged.describe())
+    _write_and_publish(cfg, result)
 
 
 def run(cfg: RunConfig, ctx: DistContext) -> RunResult:
@@ -163,10 +193,18 @@ def run(cfg: RunConfig, ctx: DistContext) -> RunResult:
         if cfg.mode == "validate":
             truth = validation_share(cfg, ctx)
         if cfg.measures:
-            compute = _profile(cfg, ctx, device, truth) if cfg.mode != "comm" else ComputeResult()
+            block = profiled_block(cfg, device)
+            compute = (
+                _profile(cfg, ctx, device, truth, block.name)
+                if cfg.mode != "comm"
+                else ComputeResult()
+            )
             comm = _comm(cfg, ctx, notes) if cfg.mode != "compute" else []
             if ctx.is_main:
-                result = _fit_and_publish(cfg, gpu, compute, comm, notes)
+                if cfg.mode != "comm":
+                    notes.append(block.note)
+                kernel = block.attention_kernel if cfg.mode != "comm" else None
+                result = _fit_and_publish(cfg, gpu, compute, comm, notes, kernel)
         elif ctx.is_main:
             assert cfg.coefficients is not None
             result.doc = CoefficientsDocument.read(cfg.coefficients)
@@ -179,6 +217,8 @@ def run(cfg: RunConfig, ctx: DistContext) -> RunResult:
                 "load_1m_start": load_start,
             }
             result.report = run_validation(cfg, ctx, device, result.doc, meta, truth)
+            if ctx.is_main and cfg.measures:
+                _judge_and_publish(cfg, result)
             if result.report is not None:
                 result.report["meta"]["wall_s"] = time.perf_counter() - started
                 result.report["meta"]["load_1m_end"] = load_average()

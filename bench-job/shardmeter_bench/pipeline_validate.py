@@ -53,7 +53,7 @@ def run_validation(
         truth.measure_all(device, cfg)
     gathered = distributed.gather_to_main(truth.rows, ctx) or []
     all_rows = merge_passes([r for part in gathered for r in part])
-    cases = unseen_cases(cfg.scale) + validation_cases(cfg.scale, cfg.device_type)
+    cases = unseen_cases(cfg.scale, cfg.device_type) + validation_cases(cfg.scale, cfg.device_type)
     meta["left_out"] = truth.left_out
     meta["interleaved"] = truth.measured
     meta["passes"] = truth.passes
@@ -106,6 +106,14 @@ def run_validation(
             "seq_len": case.seq_len,
             "ranks": nodes * per_node,
         }
+    unseen = unseen_cases(cfg.scale, cfg.device_type)
+    widths = sorted(c.spec.hidden_size for c in unseen)
+    tokens = sorted({b * s for c in unseen for b, s in c.sizes})
+    if widths and tokens:
+        meta["unseen_suite"] = (
+            f"{len(unseen)} unseen architectures, hidden {widths[0]}–{widths[-1]}, "
+            f"{tokens[0]}–{tokens[-1]} tokens"
+        )
     sizes = sorted({(r["micro_batch"], r["seq_len"]) for r in all_rows})
     meta["sizes"] = ", ".join(f"{b}×{s}" for b, s in sizes) + " tokens (micro-batch × seq)"
     return build_report(doc, results, collectives, meta)

@@ -16,15 +16,18 @@ import torch
 from shardmeter.cost.coefficients import CoefficientsDocument
 from shardmeter.spec.hardware import GPUSpec, LinkSpec
 from shardmeter.spec.model import TransformerSpec
-from shardmeter.spec.training import Precision
+from shardmeter.spec.training import AttentionKernel, Precision
 from shardmeter_bench.collectives.distributed import DistContext
 from shardmeter_bench.collectives.timing import (
     SMALL_VALIDATION_PAYLOADS,
     VALIDATION_PAYLOADS,
     CommPlan,
 )
+from shardmeter_bench.compute import titan_block
 from shardmeter_bench.compute.catalog import ScaleRange, scale_range
+from shardmeter_bench.compute.sweep import REFERENCE_BLOCK, TORCHTITAN_BLOCK
 from shardmeter_bench.device import cpu_model_name, cpu_spec, cuda_spec
+from shardmeter_bench.errors import BenchError
 from shardmeter_bench.isolation import isolated
 from shardmeter_bench.validation.measure import (
     ValidationCase,
@@ -58,6 +61,10 @@ class RunConfig:
     coefficients: str | None = None
     max_memory_gib: float | None = None
     """CPU: budget for the process's peak memory (None: the scale's own)."""
+    block: str = "auto"
+    """The profiled block: ``reference`` (`compute.blocks`), ``torchtitan`` (torchtitan's
+    Llama 3 block with the attention it runs, `compute.titan_block`) or ``auto``
+    (torchtitan's on CUDA where it imports, else the reference)."""
     exits_after: bool = False
     """The process ends (through `distributed.exit_now`) once the run returns."""
     argv: tuple[str, ...] = ()
@@ -160,6 +167,49 @@ def device_spec(cfg: RunConfig, device: torch.device) -> tuple[GPUSpec, list[str
     return cuda_spec(cfg.gpu, device)
 
 
+@dataclass(frozen=True)
+class ProfiledBlock:
+    """Which block the catalog profiles, the attention kernel its document records, and the
+    note that says so."""
+
+    name: str
+    attention_kernel: AttentionKernel | None
+    note: str
+
+
+def profiled_block(cfg: RunConfig, device: torch.device) -> ProfiledBlock:
+    """Resolve ``--block`` on ``device`` (`RunConfig.block`); BenchError when torchtitan's
+    block is asked for and cannot be built here."""
+    wants = cfg.block == TORCHTITAN_BLOCK or (cfg.block == "auto" and device.type == "cuda")
+    why = titan_block.unavailable() if wants else None
+    if cfg.block == TORCHTITAN_BLOCK and why is not None:
+        raise BenchError(f"--block torchtitan: {why}; use --block reference")
+    if not wants or why is not None:
+        kernel = AttentionKernel.CUDNN if device.type == "cuda" else None
+        how = (
+            "SDPA in torchtitan's ScaledDotProductAttention order (cuDNN first)"
+            if device.type == "cuda"
+            else "SDPA's CPU kernel"
+        )
+        reason = f" ({why})" if why is not None and cfg.block == "auto" else ""
+        return ProfiledBlock(
+            REFERENCE_BLOCK,
+            kernel,
+            f"compute: profiled the reference Llama block, attention through {how}{reason}",
+        )
+    backend, kernel = titan_block.backend(device)
+    how = (
+        "FlexAttention compiled by torchtitan (attn_backend flex), what torchtitan's Llama 3 runs"
+        if backend == "flex"
+        else "torchtitan's ScaledDotProductAttention (FlexAttention has no backward on a CPU)"
+    )
+    return ProfiledBlock(
+        TORCHTITAN_BLOCK,
+        kernel,
+        f"compute: profiled torchtitan 0.3.0's Llama3TransformerBlock, attention: {how}",
+    )
+
+
 def comm_ranks(cfg: RunConfig, ctx: DistContext) -> int:
     if ctx.launched:
         return ctx.world_size
@@ -171,7 +221,7 @@ def comm_ranks(cfg: RunConfig, ctx: DistContext) -> int:
 def validation_specs(cfg: RunConfig) -> list[TransformerSpec]:
     """Every architecture ``validate`` measures: the catalog never draws them."""
     return [c.spec for c in validation_cases(cfg.scale, cfg.device_type)] + [
-        c.spec for c in unseen_cases(cfg.scale)
+        c.spec for c in unseen_cases(cfg.scale, cfg.device_type)
     ]
 
 
@@ -179,7 +229,7 @@ def validation_share(cfg: RunConfig, ctx: DistContext) -> Interleaved:
     """This rank's share of the validation models (the unseen architectures, then the
     presets) that fit the memory budget."""
     cases, left_out = within_budget(
-        unseen_cases(cfg.scale) + validation_cases(cfg.scale, cfg.device_type),
+        unseen_cases(cfg.scale, cfg.device_type) + validation_cases(cfg.scale, cfg.device_type),
         cfg.max_process_bytes,
         cfg.element_bytes,
     )

@@ -13,6 +13,10 @@ the way ``llama3_torchft_debugmodel`` is:
 * ``TorchFTOptimizersContainer`` and ``TorchFTCheckpointManager`` (replica-aware state),
 * ``fault_tolerance`` enabled with DiLoCo over NCCL.
 
+The attention backend is passed explicitly (``ATTENTION_BACKEND``, torchtitan's own default for
+Llama 3): the planner prices ``attentionKernel: flex`` for it, and the operator refuses to
+launch a plan priced with any other kernel.
+
 The operator appends the planned batch, sequence, steps and DiLoCo flags to the command line
 (torchtitan's ``ConfigManager``: CLI flags override these defaults).
 """
@@ -30,7 +34,17 @@ from torchtitan.experiments.torchft.trainer import FaultTolerantTrainer
 from torchtitan.models.llama3 import config_registry as llama3
 from torchtitan.trainer import Trainer
 
-__all__ = ["fault_tolerant", "llama3_8b_torchft", "llama3_70b_torchft", "llama3_405b_torchft"]
+__all__ = [
+    "ATTENTION_BACKEND",
+    "fault_tolerant",
+    "llama3_8b_torchft",
+    "llama3_70b_torchft",
+    "llama3_405b_torchft",
+]
+
+
+ATTENTION_BACKEND = "flex"
+"""``attn_backend`` of every config here: FlexAttention, what ``model_registry`` defaults to."""
 
 
 def _fields(config: Any) -> dict[str, Any]:
@@ -43,7 +57,7 @@ def fault_tolerant(base: Trainer.Config, flavor: str) -> FaultTolerantTrainer.Co
     return FaultTolerantTrainer.Config(
         **{
             **_fields(base),
-            "model_spec": model_registry(flavor),
+            "model_spec": model_registry(flavor, attn_backend=ATTENTION_BACKEND),
             "optimizer": TorchFTOptimizersContainer.Config(**_fields(base.optimizer)),
             "checkpoint": TorchFTCheckpointManager.Config(**checkpoint),
             "fault_tolerance": FaultTolerance(

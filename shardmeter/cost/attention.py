@@ -9,10 +9,14 @@ rates the GPU presets' ``attention_efficiency`` / ``attention_backward_efficienc
   faster in the backward pass" (Dao 2023, arXiv 2307.08691, §4.1, on A100 80GB). The midpoint
   1.4 forward and 2 backward; neither kernel uses Hopper's wgmma/TMA, so the same ratio is
   taken on every GPU.
-* ``cudnn``: cuDNN's fused attention (SDPA's cuDNN backend; torchtitan 0.3.0 calls SDPA with
-  ``[CUDNN_ATTENTION, FLASH_ATTENTION, MATH]`` and ``set_priority=True``,
-  ``torchtitan/models/common/attention.py``): the GPU's ``cudnn_attention_speed``, both
-  passes (sources with the presets in `shardmeter.spec.hardware`).
+* ``flex``: FlexAttention, ``torch.compile(flex_attention)`` with a block mask — what
+  torchtitan 0.3.0's Llama 3 runs (``torchtitan/models/llama3/__init__.py``:
+  ``model_registry(flavor, attn_backend="flex")``; ``models/common/config_utils.py``
+  refuses ``sdpa`` for language models): the GPU's ``flex_attention_speed`` forward and
+  ``flex_attention_backward_speed`` backward (measured on an H200; sources with the presets).
+* ``cudnn``: cuDNN's fused attention (SDPA's cuDNN backend, for a runtime that calls SDPA
+  with ``CUDNN_ATTENTION`` first — torchtitan 0.3.0's ``ScaledDotProductAttention`` does, but
+  none of its language models builds it): the GPU's ``cudnn_attention_speed``, both passes.
 
 Only datasheet priors are FlashAttention-2 rates. A measured coefficients document says which
 kernel its attention ran (``CoefficientsDocument.attention_kernel``, written by the benchmark
@@ -35,6 +39,8 @@ def kernel_speed(kernel: AttentionKernel, gpu: GPUSpec) -> tuple[float, float]:
         return TRITON_FLASH_SPEED
     if kernel is AttentionKernel.CUDNN:
         return gpu.cudnn_attention_speed, gpu.cudnn_attention_speed
+    if kernel is AttentionKernel.FLEX:
+        return gpu.flex_attention_speed, gpu.flex_attention_backward_speed
     return 1.0, 1.0
 
 

@@ -113,6 +113,9 @@ class ComputeSample(_Doc):
     seconds: float = Field(gt=0)
     group: str = ""
     """Which model the shape came from (for leave-one-model-out validation)."""
+    kernel_seconds: float | None = Field(default=None, gt=0)
+    """Diagnostic, GPU only: the summed device time of the kernels the unit launched (the
+    profiler's figure); ``seconds`` is what the step paid, launch gaps included. Not fitted."""
 
 
 class CommSample(_Doc):
@@ -142,6 +145,38 @@ class Samples(_Doc):
     memory: list[MemorySample] = Field(default_factory=list)
 
 
+class ValidationVerdict(_Doc):
+    """How the document and the datasheet priors of its GPU predicted whole models the fit
+    never saw (the benchmark Job's ``validate``: forward and backward of unseen released
+    architectures, each point's error counted): the document earns its place only where it
+    predicts them at least as well as the priors, median and maximum."""
+
+    points: int = Field(ge=0)
+    """(model, size) points, each with a forward and a backward error."""
+    suite: str = Field(default="", max_length=200)
+    """What was measured (architectures, sizes), for the status message."""
+    document_median_error: float = Field(ge=0)
+    document_max_error: float = Field(ge=0)
+    priors_median_error: float = Field(ge=0)
+    priors_max_error: float = Field(ge=0)
+
+    @property
+    def beats_priors(self) -> bool:
+        return (
+            self.document_median_error <= self.priors_median_error
+            and self.document_max_error <= self.priors_max_error
+        )
+
+    def describe(self) -> str:
+        """``document 6.1 % median / 14.0 % max vs priors 7.3 % / 21.0 % over 14 points``."""
+        return (
+            f"document {100 * self.document_median_error:.1f} % median / "
+            f"{100 * self.document_max_error:.1f} % max vs priors "
+            f"{100 * self.priors_median_error:.1f} % / {100 * self.priors_max_error:.1f} % "
+            f"over {self.points} points" + (f" ({self.suite})" if self.suite else "")
+        )
+
+
 class CoefficientsDocument(_Doc):
     """Everything the predictor needs for one pool, plus provenance."""
 
@@ -167,6 +202,10 @@ class CoefficientsDocument(_Doc):
     """The correction learned from running training on the pool (`shardmeter.cost.observed`):
     a separate section on top of the fitted or prior coefficients above, which it never
     changes. None: no observations."""
+    validation: ValidationVerdict | None = None
+    """The benchmark Job's check of this document against the datasheet priors on unseen
+    models (``validate``); None: not checked. On priors: the verdict of the measured document
+    they were kept over."""
 
     @model_validator(mode="after")
     def _complete(self) -> CoefficientsDocument:

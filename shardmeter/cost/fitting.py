@@ -24,7 +24,7 @@ from shardmeter.cost.coefficients import (
     Source,
 )
 from shardmeter.cost.features import CANDIDATE_FEATURES, Target, design_row
-from shardmeter.cost.floors import demonstrated_flop_per_s, lower_bounds
+from shardmeter.cost.floors import executed_flops, lower_bounds
 from shardmeter.cost.memory import activation_bytes_per_token
 from shardmeter.cost.priors import compute_priors, link_prior
 from shardmeter.cost.regression import RelativeNNLSRegressor, RingCollectiveRegressor
@@ -46,6 +46,11 @@ def _design(
         groups.append(s.group or spec.name)
     return np.vstack(rows), np.asarray(ys), groups
 
+
+MISREAD_SHARE = 0.05
+"""Samples faster than the peak are misread timings when they are at most this share of the
+samples that execute FLOPs (the rest, timed the same way, respect the peak): they are
+dropped. More of them prove the peak itself wrong (a probe read low on a busy host)."""
 
 SELECTION_TOL = 0.02
 """The smallest feature set whose leave-one-architecture-out MAPE is within one standard
@@ -99,26 +104,46 @@ def fit_compute(
 ) -> tuple[dict[Target, LinearFit], list[str]]:
     """Fit every target with enough samples, FLOP coefficients floored at the GPU's peak
     FLOP/s for ``precision`` and the loss's logits pass at its memory bandwidth; the rest
-    fall back to datasheet priors (noted). A peak the samples themselves beat (a probe read
-    on a busy host) is no bound: then the FLOP floors are dropped and a note says why, rather
-    than forcing every prediction slow (the bandwidth floor stays: on the CPU it sits ~10×
-    below the fitted cost)."""
-    by_target: dict[Target, list[ComputeSample]] = defaultdict(list)
-    for s in samples:
-        by_target[s.target].append(s)
-    priors = compute_priors(gpu, precision)
+    fall back to datasheet priors (noted). A sample whose time is below its executed FLOPs ÷
+    the peak cannot have happened: a few such samples among many that respect the peak are
+    misread timings (`MISREAD_SHARE`; one on an H200 read a 12.7 TFLOP head forward in
+    0.41 ms, 31× the peak) and are dropped, noted; when more of them beat it, the peak is
+    wrong (a probe read on a busy host), so the FLOP floors are dropped instead and a note
+    says why, rather than forcing every prediction slow (the bandwidth floor stays: on the
+    CPU it sits ~10× below the fitted cost)."""
+    rows_in = list(samples)
     stated = gpu.peak_flop_per_s(precision.value)
-    demonstrated = demonstrated_flop_per_s(s for rows in by_target.values() for s in rows)
+    flop_rows = [(s, executed_flops(s)) for s in rows_in]
+    flop_rows = [(s, f) for s, f in flop_rows if f > 0]
+    beating = [(s, f / s.seconds) for s, f in flop_rows if f / s.seconds > stated]
     peak: float | None = stated
-    fits: dict[Target, LinearFit] = {}
     notes: list[str] = []
-    if demonstrated > stated:
-        peak = None
+    if beating and len(beating) <= MISREAD_SHARE * len(flop_rows):
+        dropped = {id(s) for s, _ in beating}
+        rows_in = [s for s in rows_in if id(s) not in dropped]
+        described = "; ".join(
+            f"{s.target.value} of {s.group or s.model.get('name', '?')} at "
+            f"{s.micro_batch}×{s.seq_len} ({rate / stated:.3g}× the peak)"
+            for s, rate in beating[:5]
+        )
         notes.append(
-            f"compute: the samples ran at {demonstrated / 1e9:.1f} GFLOP/s, above the "
+            f"compute: {len(beating)} of {len(flop_rows)} samples ran faster than the "
+            f"{gpu.name} peak of {stated / 1e9:.1f} GFLOP/s and were dropped as misread "
+            f"timings: {described}"
+        )
+    elif beating:
+        peak = None
+        fastest = max(rate for _, rate in beating)
+        notes.append(
+            f"compute: the samples ran at {fastest / 1e9:.1f} GFLOP/s, above the "
             f"{gpu.name} peak of {stated / 1e9:.1f} — the peak is wrong, so no FLOP floor "
             "is known and coefficients are only kept non-negative"
         )
+    by_target: dict[Target, list[ComputeSample]] = defaultdict(list)
+    for s in rows_in:
+        by_target[s.target].append(s)
+    priors = compute_priors(gpu, precision)
+    fits: dict[Target, LinearFit] = {}
     for target in Target:
         rows = by_target.get(target, [])
         if len(rows) >= MIN_SAMPLES_PER_TARGET:

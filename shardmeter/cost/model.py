@@ -29,6 +29,11 @@ precision. Every feature belongs to one kind of work — matmuls (``t_h_q``, ``t
   MLP up projection of a gated MLP; K, O and down for a plain one) plus all element-wise
   work, attention excluded.
 
+**Host overhead** (`shardmeter.cost.host`): with priors, each unit pass takes the larger of
+its GPU time and the host time of launching its kernels (eager or compiled, float8 casts
+included; activation checkpointing re-launches the recomputed forward in the backward). A
+measured document timed what the step paid, launch gaps included, and is left as measured.
+
 **Observed correction** (`shardmeter.cost.observed`): its compute scale multiplies every
 compute time (after the roofline guard), never a collective; priors rebuilt keep it.
 """
@@ -42,6 +47,7 @@ from shardmeter.cost.coefficients import CoefficientsDocument, CollectiveFit, Li
 from shardmeter.cost.collectives import Topology, replica_all_reduce_seconds, ring_seconds
 from shardmeter.cost.elementwise import block_bytes, float8_cast_bytes, head_bytes
 from shardmeter.cost.features import CANDIDATE_FEATURES, Target, feature_values
+from shardmeter.cost.host import HostSeconds, raise_to_host, recompute_share, unit_host_seconds
 from shardmeter.cost.memory import MemoryBreakdown, max_micro_batch, memory_breakdown
 from shardmeter.cost.outer_precision import conversion_seconds
 from shardmeter.cost.power import clock_fraction
@@ -147,6 +153,17 @@ class CostModel:
         self.attention_speed = relative_speed(training.attention_kernel, timed_with, self.gpu)
         """(forward, backward) speed of the job's attention kernel against the one the
         coefficients' attention rate stands for (`shardmeter.cost.attention`)."""
+        self.host: HostSeconds | None = (
+            unit_host_seconds(
+                model,
+                training.torch_compile,
+                training.torch_compile_loss,
+                training.precision is Precision.FP8,
+            )
+            if coefficients.source is Source.PRIOR
+            else None
+        )
+        """Host seconds of each unit pass (priors only; see the module docstring)."""
         self.clock_fraction = clock_fraction(
             pool.gpu, pool.power_cap_watts, f"pools[{pool.name}].powerCapWatts"
         )
@@ -328,8 +345,14 @@ class CostModel:
                 clamped.append(target.value)
                 value = floor
             out[target] = value
+        recompute = self._recompute(block_fwd)
+        host_bound = (
+            raise_to_host(out, self.host, recompute, recompute_share(self.model, self.training))
+            if self.host is not None
+            else ()
+        )
         k = self.compute_scale
-        recompute = self._recompute(block_fwd) * k
+        recompute *= k
         return UnitTimes(
             embedding_forward_s=out[Target.EMBEDDING_FORWARD] * k,
             embedding_backward_s=out[Target.EMBEDDING_BACKWARD] * k,
@@ -341,6 +364,7 @@ class CostModel:
             roofline_clamped=tuple(clamped),
             tensor_duty_cycle=parts.tensor_duty_cycle,
             matmul_clock_ratio=parts.matmul_clock_ratio,
+            host_bound=host_bound,
         )
 
     def block_work(self, micro_batch: int) -> tuple[WorkSplit, WorkSplit]:

@@ -68,6 +68,9 @@ class UnitTimes:
     matmul_clock_ratio: float = 1.0
     """Sustained matmul clock ÷ the clock the matmul efficiency was measured at (block
     matmuls; the FP8 benchmark's for float8)."""
+    host_bound: tuple[str, ...] = ()
+    """Targets whose host time (launching their kernels, `shardmeter.cost.host`) exceeds
+    their GPU time: they take the host's time."""
 
 
 @dataclass(frozen=True)

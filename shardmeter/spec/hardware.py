@@ -152,6 +152,13 @@ class GPUSpec(SpecModel):
     """cuDNN's fused attention (SDPA's cuDNN backend, which torchtitan 0.3.0 runs first)
     relative to FlashAttention-2 on this GPU, forward and backward (``attentionKernel:
     cudnn``; `shardmeter.cost.attention`). 1 = as fast (no measurement)."""
+    flex_attention_speed: float = Field(default=0.90, gt=0, le=10)
+    """FlexAttention (``torch.compile(flex_attention)`` with a causal block mask, what
+    torchtitan 0.3.0's Llama 3 runs) relative to FlashAttention-2 on this GPU, forward, at
+    head dim 128 (``attentionKernel: flex``). Default: the A100 figure of the FlexAttention
+    announcement (a Triton kernel without Hopper instructions, like FlashAttention-2)."""
+    flex_attention_backward_speed: float = Field(default=0.85, gt=0, le=10)
+    """The same for the backward pass."""
     memory_efficiency: float = Field(default=0.85, gt=0, le=1)
     """Fraction of the HBM bandwidth element-wise kernels reach."""
     matmul_efficiency_duty_cycle: float = Field(default=1.0, gt=0, le=1)
@@ -299,12 +306,31 @@ def mamf_duty_cycle(
 #   both; H200 is the same chip.
 #   A100: cuDNN SDPA runs at 0.82x FlashAttention-2 for training shapes, L40S 1.00x
 #   (huggingface/transformers#48163, six GPUs benchmarked, 2026-08).
+#   H200: measured on the chip (one H200 SXM, torch 2.11 cu130, cuDNN 9.19, 2026-12-04;
+#   ../shared/calibration/h200-2026-12-04/probes-and-attention.jsonl): causal bf16 at head dim
+#   128, sequence 8k-16k, cuDNN ÷ SDPA's flash kernel 1.80-1.88 forward, 1.66-1.90 backward:
+#   1.8 both (a newer cuDNN than the FA3 paper's; the H100 keeps the paper's figure).
+# * flex_attention_speed / flex_attention_backward_speed: FlexAttention (compiled, causal
+#   block mask) ÷ FlashAttention-2. H100/H200: the same H200 measurement, head dim 128:
+#   1.08-1.20 forward (median 1.18), 1.23-1.29 backward (1.28) — 0.60-0.64 / 0.68-0.78 of
+#   cuDNN's; Inductor's Triton template issues Hopper's wgmma, FlashAttention-2 does not. At
+#   head dim 64 it measured 0.93 / 0.94 of FlashAttention-2 (0.65 / 0.57 of cuDNN's), at
+#   4k tokens — not modelled, as no kernel's head-dim dependence is (the presets' rates are
+#   head dim 128). A100: "FlexAttention achieves 90% of FlashAttention2's performance in the
+#   forward pass and 85% in the backward pass" (PyTorch blog "FlexAttention: The
+#   Flexibility of PyTorch with the Performance of FlashAttention", 2024-08-07, causal, A100).
+#   L40S: no measurement; Ada has no wgmma either, so both kernels issue the same mma.sync
+#   instructions as on the A100: the A100 ratios.
 # * memory_efficiency: element-wise PyTorch kernels stream at about 85 % of HBM peak
 #   (vectorised loads; STREAM-style copies on A100/H100 reach 85–90 %).
 # * matmul_efficiency_duty_cycle: the tensor-core share of the MAMF finder's timing loop at the
 #   best shape (`mamf_duty_cycle`), which `shardmeter.cost.power.sustained_clock_ratio` turns
 #   into the clock a training step sustains.
 # * sm_count: datasheet SM counts (A100 whitepaper: 108; H100 SXM5 / H200: 132; L40S: 142).
+FLEX_HOPPER = (1.18, 1.28)
+"""FlexAttention ÷ FlashAttention-2 on H100/H200, (forward, backward), head dim 128: medians of
+the H200 measurement above."""
+
 GPU_PRESETS: dict[str, GPUSpec] = {
     # NVIDIA A100 datasheet (SXM4 80 GB): 312 TFLOP/s BF16 dense, 19.5 TFLOP/s FP32,
     # 2,039 GB/s HBM2e, 400 W; NVLink 3 (600 GB/s bidirectional). HGX/DGX A100 nodes carry
@@ -325,6 +351,8 @@ GPU_PRESETS: dict[str, GPUSpec] = {
         attention_efficiency=0.60,
         attention_backward_efficiency=0.60,
         cudnn_attention_speed=0.82,
+        flex_attention_speed=0.90,
+        flex_attention_backward_speed=0.85,
         memory_efficiency=0.85,
         default_intra_node_link="nvlink3",
         default_inter_node_link="ib-hdr",
@@ -354,6 +382,8 @@ GPU_PRESETS: dict[str, GPUSpec] = {
         attention_efficiency=0.32,
         attention_backward_efficiency=0.30,
         cudnn_attention_speed=1.6,
+        flex_attention_speed=FLEX_HOPPER[0],
+        flex_attention_backward_speed=FLEX_HOPPER[1],
         memory_efficiency=0.85,
         default_network=_network(8, 400, LinkKind.INFINIBAND, 5e-6),
     ),
@@ -379,7 +409,9 @@ GPU_PRESETS: dict[str, GPUSpec] = {
         ),
         attention_efficiency=0.32,
         attention_backward_efficiency=0.30,
-        cudnn_attention_speed=1.6,
+        cudnn_attention_speed=1.8,
+        flex_attention_speed=FLEX_HOPPER[0],
+        flex_attention_backward_speed=FLEX_HOPPER[1],
         memory_efficiency=0.85,
         default_network=_network(8, 400, LinkKind.INFINIBAND, 5e-6),
     ),
@@ -404,6 +436,8 @@ GPU_PRESETS: dict[str, GPUSpec] = {
         attention_efficiency=0.32,
         attention_backward_efficiency=0.30,
         cudnn_attention_speed=1.0,
+        flex_attention_speed=0.90,
+        flex_attention_backward_speed=0.85,
         memory_efficiency=0.85,
         default_intra_node_link="pcie4",
         default_inter_node_link="eth-100g",

@@ -100,6 +100,7 @@ class AttentionKernel(SpecEnum):
     """The fused attention kernel the job runs (see ``TrainingSpec.attention_kernel``; the
     rates are in `shardmeter.cost.attention`)."""
 
+    FLEX = "flex"
     CUDNN = "cudnn"
     FLASH2 = "flash2"
     TRITON_FLASH = "triton-flash"
@@ -164,13 +165,16 @@ class TrainingSpec(SpecModel):
     and cast to the compute format after the gather (FSDP1 with autocast, Composer's FSDP
     ``mixed_precision: DEFAULT``); with ``precision: fp32`` it is what fp32 training gathers
     anyway (torchtitan ``--training.mixed_precision_param float32``)."""
-    attention_kernel: AttentionKernel = AttentionKernel.CUDNN
-    """The fused attention kernel: ``cudnn`` (cuDNN's fused attention, what torchtitan 0.3.0
-    runs: it calls SDPA with cuDNN first; ~1.6x FlashAttention-2 on H100/H200, 0.82x on
-    A100), ``flash2`` (FlashAttention-2, SDPA's flash backend: most stacks before 2025; the
-    GPU presets' attention efficiencies are its rates) or ``triton-flash`` (FlashAttention in
+    attention_kernel: AttentionKernel = AttentionKernel.FLEX
+    """The fused attention kernel the job runs: ``flex`` (FlexAttention, compiled: what
+    torchtitan 0.3.0's Llama 3 runs — its model registry defaults to ``attn_backend="flex"``
+    and refuses ``sdpa``; on H100/H200 1.18x FlashAttention-2 forward, 1.28x backward at head
+    dim 128, measured), ``cudnn`` (cuDNN's fused attention through SDPA, for runtimes that
+    call SDPA with cuDNN first; ~1.6x FlashAttention-2 on H100, 1.8x on H200, 0.82x on A100),
+    ``flash2`` (FlashAttention-2, SDPA's flash backend: most stacks before 2025; the GPU
+    presets' attention efficiencies are its rates) or ``triton-flash`` (FlashAttention in
     Triton, llm-foundry's ``attn_impl: triton``: 1.4x slower forward, 2x slower backward than
-    FlashAttention-2). Sources in `shardmeter.cost.attention`."""
+    FlashAttention-2). Sources in `shardmeter.cost.attention` and the GPU presets."""
     master_param_bytes: int = Field(default=4, ge=1, le=8)
     """Bytes per sharded parameter kept between steps."""
     grad_reduce_bytes: Literal[2, 4] = 4

@@ -155,3 +155,13 @@ def test_max_memory_gib_is_the_cpu_budget_only() -> None:
     assert default.scale_range is FULL_CPU and default.max_process_bytes == 5.0 * 2**30
     gpu = RunConfig(mode="compute", device_type="cuda", scale="full", max_memory_gib=3.0)
     assert gpu.scale_range is FULL_GPU and gpu.max_process_bytes is None
+
+
+def test_the_gpu_sweep_measures_training_sizes_in_few_steps() -> None:
+    # from 2 k tokens, ×4 up to 64 k: 2-3 micro-batches a shape, none host-bound-small
+    for shape in generate_catalog(FULL_GPU, FULL_GPU.default_configs, seed=0):
+        sweep = list(batch_sweep(shape, FULL_GPU))
+        tokens = [b * shape.seq_len for b in sweep]
+        assert 2 <= len(sweep) <= 3, (shape.seq_len, sweep)
+        assert min(tokens) >= FULL_GPU.min_tokens and max(tokens) <= FULL_GPU.max_tokens
+        assert all(b2 == 4 * b1 for b1, b2 in itertools.pairwise(sweep))

@@ -7,7 +7,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shardmeter_bench.compute.catalog import FULL_CPU, architecture_key, generate_catalog
+from shardmeter_bench.compute.catalog import FULL_CPU, FULL_GPU, architecture_key, generate_catalog
 from shardmeter_bench.validation.hf_models import hf_family
 from shardmeter_bench.validation.measure import validation_cases, within_budget
 from shardmeter_bench.validation.unseen import UNSEEN, interleave_schedule, unseen_cases
@@ -51,3 +51,26 @@ def test_interleaving_spreads_every_case_over_the_catalog_once(shapes: int, case
     else:
         per_shape = [len(schedule.get(k, [])) for k in range(shapes)]
         assert max(per_shape) - min(per_shape) <= 1  # as many after every shape
+
+
+def test_on_a_gpu_the_unseen_suite_is_training_sized_released_architectures() -> None:
+    # hidden 2,048-8,192, multi-head, grouped-query and multi-query, at 4 k and 16 k tokens;
+    # none of them a catalog shape (FULL_GPU draws hidden up to 4096)
+    cases = unseen_cases("full", "cuda")
+    widths = [c.spec.hidden_size for c in cases]
+    assert min(widths) == 2048 and max(widths) == 8192
+    kinds = {
+        "mha" if c.spec.kv_heads == c.spec.num_attention_heads else
+        "mqa" if c.spec.kv_heads == 1 else "gqa"
+        for c in cases
+    }  # fmt: skip
+    assert kinds == {"mha", "gqa", "mqa"}
+    tokens = {b * s for c in cases for b, s in c.sizes}
+    assert min(tokens) == 4096 and max(tokens) == 16384
+    catalog = generate_catalog(
+        FULL_GPU, 200, seed=0, exclude=[c.spec for c in cases + validation_cases("full", "cuda")]
+    )
+    assert not {architecture_key(s.spec) for s in catalog} & {
+        architecture_key(c.spec) for c in cases
+    }
+    assert unseen_cases("full") == unseen_cases("full", "cpu")  # the CPU suite is unchanged

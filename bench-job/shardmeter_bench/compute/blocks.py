@@ -12,6 +12,7 @@ SDPA picks its own kernel and the document records none."""
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -143,22 +144,42 @@ class Head(nn.Module):
 
 
 class UnitModel(nn.Module):
-    """Embedding → ``blocks`` blocks → head; the LM head shares the embedding's matrix when
+    """Embedding → ``blocks`` blocks (the reference `Block`, or ``block_factory``'s, e.g.
+    torchtitan's: `titan_block`) → head; the LM head shares the embedding's matrix when
     the spec ties them (autograd then sums the two gradients inside the embedding's backward,
     as in a Hugging Face model with ``tie_word_embeddings``). ``freeze_embedding`` exists to
     demonstrate (and test) the block-0 pitfall; `forward` guards against it either way."""
 
-    def __init__(self, spec: TransformerSpec, blocks: int, freeze_embedding: bool = False) -> None:
+    def __init__(
+        self,
+        spec: TransformerSpec,
+        blocks: int,
+        freeze_embedding: bool = False,
+        block_factory: Callable[[TransformerSpec], nn.Module] | None = None,
+    ) -> None:
         super().__init__()
         self.spec = spec
         rotary = Rotary(spec.head_width)
         self.embedding = nn.Embedding(spec.vocab_size, spec.hidden_size)
         self.embedding.weight.requires_grad_(not freeze_embedding)
-        self.blocks = nn.ModuleList(Block(spec, rotary) for _ in range(blocks))
+        make = block_factory or (lambda s: Block(s, rotary))
+        self.blocks = nn.ModuleList(make(spec) for _ in range(blocks))
         self.head = Head(spec)
         if spec.tie_embeddings:
             self.head.lm_head.weight = self.embedding.weight
         self.guard_block0 = True
+
+    def to_floating(self, dtype: torch.dtype) -> UnitModel:
+        """Parameters and real floating-point buffers in ``dtype``; complex buffers (a RoPE
+        table) keep theirs (``Module.to(dtype)`` would drop their imaginary part)."""
+        with torch.no_grad():
+            for p in self.parameters():
+                p.data = p.data.to(dtype)
+            for module in self.modules():
+                for name, buf in module.named_buffers(recurse=False):
+                    if buf.is_floating_point():
+                        setattr(module, name, buf.to(dtype))
+        return self
 
     def forward(self, ids: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         x = self.embedding(ids)

@@ -70,6 +70,11 @@ class ScaleRange:
     max_process_bytes: float | None = None
     """CPU only: budget for the profiling process's peak memory (`footprint.process_bytes`);
     the compute run's measured peak RSS stays under it (`benchmarks/bench_compute_memory.py`)."""
+    batch_factor: int = 2
+    """The batch sweep multiplies the micro-batch by this."""
+    min_tokens: int = 0
+    """The sweep starts at the smallest power-of-two micro-batch with at least this many
+    tokens (micro-batch 1 at longer sequences)."""
 
 
 SMALL = ScaleRange(
@@ -102,13 +107,23 @@ FULL_GPU = ScaleRange(
     intermediate_ratio=(2.5, 8.0),
     vocab=(32000, 32768, 49152, 50304, 64000, 100352, 128256, 151936),
     gpus=(1, 16),
-    seq_lens=(512, 1024, 2048, 4096),
+    seq_lens=(1024, 2048, 4096, 8192),
     intermediate_multiple=64,
     max_batch=256,
     max_tokens=65536,
     blocks_per_model=2,
-    default_configs=200,
+    default_configs=16,
+    batch_factor=4,
+    min_tokens=2048,
 )
+"""A pool profile in minutes: 16 architectures, micro-batches ×4 from 2 k tokens up to 64 k
+(2-3 per shape: the training sizes, where the GPU rather than the host sets the time). The
+first H200 run (8 shapes, micro-batches ×2 from 512 tokens, profiler on every iteration)
+took 13 s a shape; its block targets' leave-one-model-out error was 4.5-5 % at 3 repeats,
+so 3 repeats (× 2 blocks) stay enough. Estimate for the default on one H200: ~6 s a shape
+of measuring, ~2 min in all, plus torchtitan's FlexAttention compiles (4.5-7.5 s each
+measured for ``torch.compile(flex_attention)``, more with torchtitan's max-autotune, not
+measured yet: ``benchmarks/gpu/bench_job_cuda.sh`` times it)."""
 
 FULL_CPU = ScaleRange(
     name="full",
@@ -261,15 +276,23 @@ def generate_catalog(
 
 
 def batch_sweep(shape: Shape, scale: ScaleRange) -> Iterator[int]:
-    """Micro-batches 1, 2, 4, … up to the scale's caps (tokens, FLOPs, memory); the caller
-    stops at the first OOM."""
+    """Micro-batches from the first with ``min_tokens`` tokens (1 for most scales), times
+    ``batch_factor`` each (2: 1, 2, 4, …), up to the scale's caps (tokens, FLOPs, memory);
+    the caller stops at the first OOM."""
     batch = 1
-    while batch <= scale.max_batch and (batch == 1 or batch * shape.seq_len <= scale.max_tokens):
+    while (
+        batch * shape.seq_len < scale.min_tokens and 2 * batch * shape.seq_len <= scale.max_tokens
+    ):
+        batch *= 2
+    first = batch
+    while batch <= scale.max_batch and (
+        batch == first or batch * shape.seq_len <= scale.max_tokens
+    ):
         cap = scale.max_iteration_flops
-        if batch > 1 and (
+        if batch > first and (
             (cap is not None and shape.iteration_flops(batch, scale.blocks_per_model) > cap)
             or not _fits(scale, shape.spec, batch, shape.seq_len)
         ):
             return
         yield batch
-        batch *= 2
+        batch *= scale.batch_factor

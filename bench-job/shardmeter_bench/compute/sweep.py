@@ -15,6 +15,7 @@ import torch
 from shardmeter.cost.coefficients import ComputeSample, MemorySample
 from shardmeter.cost.features import Target
 from shardmeter.spec.model import TransformerSpec
+from shardmeter_bench.compute import titan_block
 from shardmeter_bench.compute.blocks import UnitModel, init_weights
 from shardmeter_bench.compute.catalog import ScaleRange, Shape, batch_sweep
 from shardmeter_bench.compute.profiling import profile_shape
@@ -97,8 +98,14 @@ def time_optimizer_step(
     return float(total), statistics.median(times)
 
 
-def _samples(shape: Shape, batch: int, seconds: dict[Target, float]) -> list[ComputeSample]:
+def _samples(
+    shape: Shape,
+    batch: int,
+    seconds: dict[Target, float],
+    kernel_seconds: dict[Target, float] | None = None,
+) -> list[ComputeSample]:
     model = shape.spec.model_dump(by_alias=False)
+    kernels = kernel_seconds or {}
     return [
         ComputeSample(
             target=t,
@@ -107,10 +114,38 @@ def _samples(shape: Shape, batch: int, seconds: dict[Target, float]) -> list[Com
             seq_len=shape.seq_len,
             seconds=s,
             group=shape.name,
+            kernel_seconds=kernels.get(t) or None,
         )
         for t, s in seconds.items()
         if s > 0
     ]
+
+
+REFERENCE_BLOCK = "reference"
+TORCHTITAN_BLOCK = "torchtitan"
+
+
+def build_model(
+    shape: Shape,
+    blocks: int,
+    block: str,
+    device: torch.device,
+    dtype: torch.dtype,
+    max_seq_len: int,
+) -> UnitModel:
+    """The profiled model of ``shape`` on ``device`` in ``dtype``: the reference block, or
+    torchtitan's Llama 3 block with the attention backend it runs on ``device``
+    (`titan_block`), whose complex RoPE table keeps its dtype."""
+    if block != TORCHTITAN_BLOCK:
+        return UnitModel(shape.spec, blocks).to(device=device, dtype=dtype)
+    titan_block.raise_recompile_limit()
+    backend, _ = titan_block.backend(device)
+
+    def factory(spec: TransformerSpec) -> torch.nn.Module:
+        return titan_block.TitanBlock(spec, backend, max_seq_len)
+
+    model = UnitModel(shape.spec, blocks, block_factory=factory).to(device=device)
+    return model.to_floating(dtype)
 
 
 def profile_one_shape(
@@ -120,18 +155,26 @@ def profile_one_shape(
     dtype: torch.dtype,
     repeats: int,
     seed: int,
+    block: str = REFERENCE_BLOCK,
 ) -> ComputeResult:
     """The batch sweep of one shape; an OOM ends the sweep (expected), never the run."""
     out = ComputeResult()
     model: UnitModel | None = None
     blocks = scale.blocks_per_model
     try:
-        for batch in batch_sweep(shape, scale):
+        for k, batch in enumerate(batch_sweep(shape, scale)):
             try:
                 if model is None:
-                    model = UnitModel(shape.spec, blocks).to(device=device, dtype=dtype)
+                    model = build_model(shape, blocks, block, device, dtype, shape.seq_len)
                     init_weights(model, seed + shape.index)
-                prof = profile_shape(model, batch, shape.seq_len, repeats, seed=seed + batch)
+                prof = profile_shape(
+                    model,
+                    batch,
+                    shape.seq_len,
+                    repeats,
+                    seed=seed + batch,
+                    kernel_diagnostic=k == 0,
+                )
             except (torch.OutOfMemoryError, RuntimeError) as exc:
                 if not is_oom(exc):
                     raise
@@ -140,7 +183,7 @@ def profile_one_shape(
                 model = None
                 release_memory(device)
                 break
-            out.compute += _samples(shape, batch, prof.seconds)
+            out.compute += _samples(shape, batch, prof.seconds, prof.kernel_seconds)
             if prof.peak_bytes > 0:
                 out.memory.append(
                     MemorySample(
@@ -198,6 +241,7 @@ def profile_catalog(
     repeats: int,
     seed: int,
     after_shape: Callable[[int], None] | None = None,
+    block: str = REFERENCE_BLOCK,
 ) -> ComputeResult:
     """Every shape in order, each in a process of its own on a CPU (`isolation`);
     ``after_shape(k)`` runs after shape ``k`` (``validate`` measures its unseen models there,
@@ -206,7 +250,16 @@ def profile_catalog(
     started = time.perf_counter()
     for k, shape in enumerate(progress(shapes, total=len(shapes), desc="compute")):
         one = isolated(
-            device, shape.name, profile_one_shape, shape, scale, device, dtype, repeats, seed
+            device,
+            shape.name,
+            profile_one_shape,
+            shape,
+            scale,
+            device,
+            dtype,
+            repeats,
+            seed,
+            block,
         )
         result.extend(one)
         log.info(

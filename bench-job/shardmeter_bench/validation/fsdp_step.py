@@ -23,7 +23,7 @@ from shardmeter_bench.collectives.timing import CommPlan, measure
 from shardmeter_bench.device import release_memory, synchronize, torch_device
 from shardmeter_bench.logs import get_logger
 from shardmeter_bench.validation.hf_models import build_hf_model, decoder_layers, input_embeddings
-from shardmeter_bench.validation.measure import FsdpCase
+from shardmeter_bench.validation.measure import FsdpCase, hf_attention
 
 log = get_logger(__name__)
 
@@ -68,7 +68,8 @@ def measure_fsdp_step(
     ids = ids.to(device)
 
     def step() -> None:
-        model(input_ids=ids, labels=ids).loss.backward()
+        with hf_attention(device):  # the kernel predictions are made for
+            model(input_ids=ids, labels=ids).loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 

@@ -53,13 +53,14 @@ def build_hf_model(
     device: torch.device,
     dtype: torch.dtype = torch.float32,
     seed: int = 0,
+    max_positions: int = 4096,
 ) -> nn.Module:
     """A randomly initialised ``*ForCausalLM`` of ``layers`` layers, in training mode."""
     from transformers import GemmaForCausalLM, LlamaForCausalLM, PhiForCausalLM
 
     classes = {"llama": LlamaForCausalLM, "phi": PhiForCausalLM, "gemma": GemmaForCausalLM}
     torch.manual_seed(seed)
-    model: nn.Module = classes[hf_family(spec)](hf_config(spec, layers))
+    model: nn.Module = classes[hf_family(spec)](hf_config(spec, layers, max(4096, max_positions)))
     model.to(device=device, dtype=dtype)
     model.train()
     return model

@@ -11,19 +11,21 @@
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from shardmeter.cost.coefficients import CoefficientsDocument
 from shardmeter.cost.model import CostModel
 from shardmeter.sim.fsdp import FSDPDurations, simulate_fsdp_step
 from shardmeter.spec.model import MODEL_PRESETS, MLPKind, NormKind, TransformerSpec
 from shardmeter.spec.pool import PoolSpec
-from shardmeter.spec.training import TrainingSpec
+from shardmeter.spec.training import AttentionKernel, TrainingSpec
 from shardmeter_bench.compute.footprint import process_bytes
 from shardmeter_bench.device import (
     compute_clock,
@@ -173,23 +175,37 @@ def time_forward_backward(
     ids = torch.randint(0, vocab, (micro_batch, seq_len), generator=gen).to(device)
     forward, backward = [], []
     k, total = 0, warmup + repeats
-    while k < total:
-        synchronize(device)
-        t0 = clock()
-        loss = model(input_ids=ids, labels=ids).loss
-        synchronize(device)
-        t1 = clock()
-        loss.backward()
-        synchronize(device)
-        t2 = clock()
-        model.zero_grad(set_to_none=True)
-        if k >= warmup:
-            forward.append(t1 - t0)
-            backward.append(t2 - t1)
-        elif k == warmup - 1 and device.type == "cpu":
-            total = warmup + timed_repeats(repeats, t2 - t0)  # as the catalog is timed
-        k += 1
+    with hf_attention(device):
+        while k < total:
+            synchronize(device)
+            t0 = clock()
+            loss = model(input_ids=ids, labels=ids).loss
+            synchronize(device)
+            t1 = clock()
+            loss.backward()
+            synchronize(device)
+            t2 = clock()
+            model.zero_grad(set_to_none=True)
+            if k >= warmup:
+                forward.append(t1 - t0)
+                backward.append(t2 - t1)
+            elif k == warmup - 1 and device.type == "cpu":
+                total = warmup + timed_repeats(repeats, t2 - t0)  # as the catalog is timed
+            k += 1
     return forward, backward
+
+
+HF_SDPA_ORDER = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+"""On CUDA the Hugging Face models' SDPA runs FlashAttention-2 first (PyTorch's own default
+order, pinned so that a PyTorch that changes it does not change the truth); predictions are
+made for ``flash2`` (`VALIDATION_KERNEL`)."""
+VALIDATION_KERNEL = AttentionKernel.FLASH2
+
+
+def hf_attention(device: torch.device) -> contextlib.AbstractContextManager[None]:
+    if device.type == "cuda":
+        return sdpa_kernel(HF_SDPA_ORDER, set_priority=True)
+    return contextlib.nullcontext()
 
 
 def cost_model(
@@ -199,21 +215,32 @@ def cost_model(
     seq_len: int,
     nodes: int = 1,
     gpus_per_node: int = 1,
+    priors: bool = False,
 ) -> CostModel:
+    """The cost model of a validation model, for the attention kernel the Hugging Face
+    models run (`VALIDATION_KERNEL`); ``priors``: the datasheet priors of the document's
+    GPU instead of the document."""
     training = TrainingSpec(
         seq_len_tokens=seq_len,
         global_batch_tokens=seq_len * micro_batch * nodes * gpus_per_node,
         precision=doc.precision,
+        attention_kernel=VALIDATION_KERNEL,
     )
     pool = PoolSpec(name="validate", gpu=doc.gpu, nodes=nodes, gpus_per_node=gpus_per_node)
-    return CostModel(spec, training, pool, doc)
+    return CostModel(spec, training, pool, None if priors else doc)
 
 
 def predict_forward_backward(
-    doc: CoefficientsDocument, spec: TransformerSpec, micro_batch: int, seq_len: int
+    doc: CoefficientsDocument,
+    spec: TransformerSpec,
+    micro_batch: int,
+    seq_len: int,
+    priors: bool = False,
 ) -> tuple[float, float]:
-    """Whole-model forward and backward seconds: embedding + L · block + head."""
-    u = cost_model(doc, spec, micro_batch, seq_len).unit_times(micro_batch)
+    """Whole-model forward and backward seconds: embedding + L · block + head (from the
+    document, or from its GPU's datasheet priors)."""
+    cm = cost_model(doc, spec, micro_batch, seq_len, priors=priors)
+    u = cm.unit_times(micro_batch)
     layers = spec.num_layers
     forward = u.embedding_forward_s + layers * u.block_forward_s + u.head_forward_s
     backward = u.embedding_backward_s + layers * u.block_backward_s + u.head_backward_s
@@ -263,7 +290,8 @@ def measure_case(
     """Measured forward/backward seconds of one case at each of its sizes: every timed
     iteration (``fwd_all``, ``bwd_all``) and their medians (``fwd``, ``bwd``)."""
     started = time.perf_counter()
-    model = build_hf_model(case.spec, case.layers, device, dtype, seed)
+    longest = max(s for _, s in case.sizes)
+    model = build_hf_model(case.spec, case.layers, device, dtype, seed, max_positions=longest)
     rows: list[dict[str, Any]] = []
     try:
         for b, s in case.sizes:
@@ -335,6 +363,9 @@ def attach_predictions(
         case = by_key[row["key"]]
         spec = case.spec.model_copy(update={"num_layers": case.layers})
         fwd_p, bwd_p = predict_forward_backward(doc, spec, row["micro_batch"], row["seq_len"])
+        fwd_prior, bwd_prior = predict_forward_backward(
+            doc, spec, row["micro_batch"], row["seq_len"], priors=True
+        )
         result = results.setdefault(
             case.key,
             ModelResult(
@@ -354,6 +385,8 @@ def attach_predictions(
                 "fwd_predicted_s": fwd_p,
                 "bwd_measured_s": row["bwd"],
                 "bwd_predicted_s": bwd_p,
+                "fwd_prior_s": fwd_prior,
+                "bwd_prior_s": bwd_prior,
             }
         )
     return [results[c.key] for c in cases if c.key in results]

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from shardmeter.cost.coefficients import CoefficientsDocument, CommSample
+from shardmeter.cost.coefficients import CoefficientsDocument, CommSample, ValidationVerdict
 from shardmeter.cost.collectives import link_ring_seconds
 from shardmeter_bench.validation.measure import ModelResult
 from shardmeter_bench.validation.unseen import UNSEEN
@@ -52,16 +52,45 @@ def unseen_summary(results: Sequence[ModelResult]) -> dict[str, Any] | None:
             )
     if not points:
         return None
+    for p in points:
+        for phase in ("fwd", "bwd"):
+            if f"{phase}_prior_s" in p:
+                p[f"{phase}_prior_error"] = ape(p[f"{phase}_measured_s"], p[f"{phase}_prior_s"])
     out: dict[str, Any] = {"points": points, "goal": {"median": GOAL_MEDIAN, "max": GOAL_MAX}}
     for phase in ("fwd", "bwd"):
         errors = [float(p[f"{phase}_error"]) for p in points]
         out[f"{phase}_median"] = statistics.median(errors)
         out[f"{phase}_max"] = max(errors)
+        prior = [float(p[f"{phase}_prior_error"]) for p in points if f"{phase}_prior_error" in p]
+        if prior:
+            out[f"{phase}_prior_median"] = statistics.median(prior)
+            out[f"{phase}_prior_max"] = max(prior)
     out["meets_goal"] = all(
         out[f"{phase}_median"] <= GOAL_MEDIAN and out[f"{phase}_max"] <= GOAL_MAX
         for phase in ("fwd", "bwd")
     )
     return out
+
+
+def verdict(unseen: dict[str, Any] | None, suite: str = "") -> ValidationVerdict | None:
+    """The document against the priors on the unseen points, forward and backward errors
+    pooled (None without unseen points or prior predictions)."""
+    if not unseen:
+        return None
+    points = unseen["points"]
+    errors = [p[f"{ph}_error"] for p in points for ph in ("fwd", "bwd")]
+    priors = [p.get(f"{ph}_prior_error") for p in points for ph in ("fwd", "bwd")]
+    if not errors or any(e is None for e in priors):
+        return None
+    prior_errors = [float(e) for e in priors if e is not None]
+    return ValidationVerdict(
+        points=len(points),
+        suite=suite,
+        document_median_error=statistics.median(errors),
+        document_max_error=max(errors),
+        priors_median_error=statistics.median(prior_errors),
+        priors_max_error=max(prior_errors),
+    )
 
 
 def model_rows(results: Sequence[ModelResult]) -> list[dict[str, Any]]:
@@ -127,11 +156,18 @@ def build_report(
 ) -> dict[str, Any]:
     rows = model_rows(results)
     coll = collective_rows(doc, collectives)
+    unseen = unseen_summary(results)
+    judged = verdict(unseen, str(meta.get("unseen_suite", "")))
+    if unseen is not None and judged is not None:
+        beats = "beats" if judged.beats_priors else "does not beat"
+        unseen["verdict"] = f"the document {beats} the priors: {judged.describe()}"
+        unseen["beats_priors"] = judged.beats_priors
     return {
         "meta": meta,
         "device": doc.gpu.name,
         "precision": doc.precision.value,
-        "unseen": unseen_summary(results),
+        "unseen": unseen,
+        "verdict": judged.model_dump(mode="json") if judged is not None else None,
         "models": rows,
         "collectives": coll,
         "median": {
@@ -169,15 +205,23 @@ def render_unseen(unseen: dict[str, Any]) -> list[str]:
             f"| {100 * p['bwd_signed']:+.1f} |"
         )
     goal = unseen["goal"]
+    priors = "fwd_prior_median" in unseen
+    extra = " priors median | priors max |" if priors else ""
     lines += [
         "",
-        f"| unseen, {len(unseen['points'])} points | median | max |",
-        "| --- | --- | --- |",
-        f"| forward | {_pct(unseen['fwd_median'])} | {_pct(unseen['fwd_max'])} |",
-        f"| backward | {_pct(unseen['bwd_median'])} | {_pct(unseen['bwd_max'])} |",
-        f"| goal | ≤ {_pct(goal['median'])} | ≤ {_pct(goal['max'])} |",
-        "",
+        f"| unseen, {len(unseen['points'])} points | median | max |{extra}",
+        "| --- | --- | --- |" + (" --- | --- |" if priors else ""),
     ]
+    for phase, name in (("fwd", "forward"), ("bwd", "backward")):
+        row = f"| {name} | {_pct(unseen[f'{phase}_median'])} | {_pct(unseen[f'{phase}_max'])} |"
+        if priors:
+            row += (
+                f" {_pct(unseen[f'{phase}_prior_median'])} | {_pct(unseen[f'{phase}_prior_max'])} |"
+            )
+        lines.append(row)
+    lines += [f"| goal | ≤ {_pct(goal['median'])} | ≤ {_pct(goal['max'])} |", ""]
+    if unseen.get("verdict"):
+        lines += [f"Document against the datasheet priors: {unseen['verdict']}", ""]
     return lines
 
 

@@ -1,6 +1,7 @@
 """The headline accuracy check of ``validate``: Hugging Face ``LlamaForCausalLM`` models of
-eight architectures the fit never saw (hidden 448–2048; multi-head, grouped-query and
-multi-query attention; vocabularies 32 K–152 K, tied and untied), measured in the same
+architectures the fit never saw — on a CPU eight (hidden 448–2048), on a GPU seven released
+training-sized ones (hidden 2048–8192, at 4 k and 16 k tokens); multi-head, grouped-query and
+multi-query attention; vocabularies 32 K–152 K, tied and untied — measured in the same
 process as the catalog and *interleaved with it* — a model after every few catalog shapes,
 each model twice, in the first and in the second half of the catalog, its timed iterations
 pooled (`runconfig.VALIDATION_PASSES`) — so a host whose speed drifts over minutes drifts for
@@ -62,17 +63,45 @@ SMALL_UNSEEN_SPECS: tuple[tuple[TransformerSpec, int], ...] = (
 )
 """Small look-alikes (multi-head, multi-query, grouped-query) for quick runs and tests."""
 
+GPU_UNSEEN_SPECS: tuple[tuple[TransformerSpec, int], ...] = (
+    # Training-sized released architectures (in Llama's architecture, shapes from their
+    # config.json), for ``validate`` on a GPU: widths 2048-8192, multi-head, grouped-query and
+    # multi-query attention, head dims 64 and 128; none is a catalog or preset shape.
+    # Llama-2-7B (meta-llama/Llama-2-7b-hf): multi-head
+    (_llama("llama-2-7b", 4096, 32, 32, 11008, 32000), 2),
+    # Mistral-7B-v0.1 (mistralai/Mistral-7B-v0.1): grouped-query 32/8
+    (_llama("mistral-7b", 4096, 32, 8, 14336, 32000), 2),
+    # Qwen2.5-3B (Qwen/Qwen2.5-3B): 2048 wide, grouped-query 16/2, tied, 152k vocabulary
+    (_llama("qwen2.5-3b", 2048, 16, 2, 11008, 151936, tie=True), 2),
+    # Llama-3.2-3B (meta-llama/Llama-3.2-3B): grouped-query 24/8, tied
+    (_llama("llama-3.2-3b", 3072, 24, 8, 8192, 128256, tie=True), 2),
+    # Falcon-7B's width and heads (tiiuae/falcon-7b: 4544, 71 heads, multi-query) with a
+    # SwiGLU MLP of its 4x width
+    (_llama("falcon-7b-shape", 4544, 71, 1, 18176, 65024), 2),
+    # Qwen2.5-14B (Qwen/Qwen2.5-14B): grouped-query 40/8, 152k vocabulary
+    (_llama("qwen2.5-14b", 5120, 40, 8, 13824, 152064), 1),
+    # Llama-3.1-70B's layer (meta-llama/Llama-3.1-70B): 8192 wide, grouped-query 64/8
+    (_llama("llama-3.1-70b-layer", 8192, 64, 8, 28672, 128256), 1),
+)
+"""The unseen architectures of a full run on a GPU (`unseen_cases`)."""
+
+GPU_SIZES = ((1, 4096), (2, 8192))
+"""4 k and 16 k tokens per micro-batch: the sizes such models train at."""
 FULL_SIZES = ((1, 128), (2, 256))
 SMALL_SIZES = ((1, 32), (2, 64))
 UNSEEN = "unseen"
 """`ValidationCase.suite` of these models."""
 
 
-def unseen_cases(scale: str) -> list[ValidationCase]:
-    """The headline suite for ``--scale`` (the same on every device: CPU-sized widths)."""
-    specs, sizes = (
-        (SMALL_UNSEEN_SPECS, SMALL_SIZES) if scale == "small" else (UNSEEN_SPECS, FULL_SIZES)
-    )
+def unseen_cases(scale: str, device_type: str = "cpu") -> list[ValidationCase]:
+    """The headline suite for ``--scale`` on ``--device``: CPU-sized widths on a CPU (and for
+    ``small``), training-sized released architectures at 4-16 k tokens on a GPU."""
+    if scale == "small":
+        specs, sizes = SMALL_UNSEEN_SPECS, SMALL_SIZES
+    elif device_type == "cuda":
+        specs, sizes = GPU_UNSEEN_SPECS, GPU_SIZES
+    else:
+        specs, sizes = UNSEEN_SPECS, FULL_SIZES
     return [ValidationCase(spec.name, spec, layers, sizes, UNSEEN) for spec, layers in specs]
 
 

@@ -61,6 +61,8 @@ class Reason:
     OUTER_STEP_BLOCKS = "OuterStepBlocks"
     NOT_DILOCO = "NotDiLoCo"
     PRIORS = "DatasheetPriors"
+    PRIORS_KEPT = "PriorsKept"
+    """The benchmark's document did not predict unseen models better than the priors."""
     MEASURED = "Measured"
     BENCHMARK_DISABLED = "BenchmarkDisabled"
     BENCHMARK_RUNNING = "BenchmarkRunning"

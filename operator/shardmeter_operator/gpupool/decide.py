@@ -165,8 +165,10 @@ def decide_pool(inputs: PoolInputs, cfg: OperatorConfig) -> PoolDecision:
     step = _benchmark(inputs, spec, doc, cfg)
     st = out.status = st.model_copy(update=step.update)
     out.requeue_s, out.create = step.requeue_s, step.create
+    doc, rejected = judged(step.adopted or doc, spec, inputs.name)
+    note = note or rejected
     rec = update_correction(
-        step.adopted or doc,
+        doc,
         inputs.samples,
         inputs.annotations,
         before,
@@ -188,6 +190,31 @@ def decide_pool(inputs: PoolInputs, cfg: OperatorConfig) -> PoolDecision:
         out.events.append(("Warning", "BenchmarkFailed", step.message))
     _publish(out, before, spec, doc, note, f"{ns}/{cm_name}", generation, now)
     return out
+
+
+def judged(
+    doc: CoefficientsDocument, spec: GPUPoolSpec, name: str
+) -> tuple[CoefficientsDocument, str]:
+    """A measured document whose validation did not beat the datasheet priors on unseen
+    models (`ValidationVerdict`) is not adopted: the priors are, carrying its verdict so the
+    status says why, and a note to write them. Anything else is returned as it is (a
+    measured document without a verdict — written by hand or by a run that did not
+    validate — is adopted, and the status says it was not checked)."""
+    verdict = doc.validation
+    if doc.source is not Source.MEASURED or verdict is None or verdict.beats_priors:
+        return doc, ""
+    measured = doc.measured_at.isoformat() if doc.measured_at else "?"
+    prior = pool_priors(spec, Precision.BF16, name).model_copy(
+        update={
+            "validation": verdict,
+            "observed": doc.observed,
+            "notes": [
+                f"datasheet priors kept over the measured coefficients of {measured}: "
+                f"{verdict.describe()}"
+            ],
+        }
+    )
+    return prior, f"kept over the measured coefficients of {measured}, which did not beat them"
 
 
 def _stored_document(
@@ -227,11 +254,25 @@ def _publish(
     st.measured_at = doc.measured_at.isoformat() if doc.measured_at else ""
     st.fit_mape = doc.fit_mape()
     st.coefficients_revision = coefficients_revision(spec, doc)
-    message = (
-        f"measured coefficients from {st.measured_at} in {configmap}"
-        if measured
-        else f"datasheet priors for {spec.gpu.name} in {configmap}; enable spec.benchmark to measure"
-    )
+    verdict = doc.validation
+    kept = not measured and verdict is not None
+    if measured:
+        checked = (
+            f"; against the priors on unseen models: {verdict.describe()}"
+            if verdict is not None
+            else "; not checked against the priors (no validation in the document)"
+        )
+        message = f"measured coefficients from {st.measured_at} in {configmap}{checked}"
+    elif kept:
+        assert verdict is not None
+        message = (
+            f"datasheet priors for {spec.gpu.name} in {configmap}: the benchmark's measured "
+            f"coefficients did not predict unseen models better ({verdict.describe()})"
+        )
+    else:
+        message = (
+            f"datasheet priors for {spec.gpu.name} in {configmap}; enable spec.benchmark to measure"
+        )
     if note:
         message = f"{message} ({note})"
     if st.observed is not None and st.observed.compute_scale is not None:
@@ -243,7 +284,7 @@ def _publish(
         st.conditions,
         Type.COEFFICIENTS_READY,
         True,
-        Reason.MEASURED if measured else Reason.PRIORS,
+        Reason.MEASURED if measured else Reason.PRIORS_KEPT if kept else Reason.PRIORS,
         message,
         generation,
         now,
@@ -257,6 +298,8 @@ def _publish(
     )
     if before.source != st.source and measured:
         out.events.append(("Normal", "CoefficientsMeasured", message))
+    if kept and note:
+        out.events.append(("Warning", Reason.PRIORS_KEPT, message))
 
 
 # ---- the benchmark state machine --------------------------------------------------------------

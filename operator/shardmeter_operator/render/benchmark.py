@@ -104,7 +104,12 @@ def bench_job(
         "--master-port=$(MASTER_PORT)",
         "-m",
         "shardmeter_bench",
-        "all",
+        # validate: measure and fit, then predict unseen training-sized models from the
+        # document and from the priors; the published document carries the verdict, and
+        # the pool adopts it only where it wins (gpupool.decide.judged)
+        "validate",
+        "--report-dir",
+        "/tmp/shardmeter-validation",
         "--device",
         "cuda",
         "--configs",

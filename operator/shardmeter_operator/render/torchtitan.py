@@ -109,6 +109,10 @@ OWNED_FLAGS = frozenset(
         ),
     }
 )
+ATTENTION_BACKEND = {AttentionKernel.FLEX: "flex"}
+"""The planned kernel → the ``attn_backend`` torchtitan 0.3.0's Llama 3 model registry builds
+(``shardmeter_torchtitan.config_registry.ATTENTION_BACKEND`` passes it; a test reads
+torchtitan's registry and the built model to prove the two agree)."""
 _ACTIVATION_CHECKPOINT = "activation-checkpoint:"
 _MASTER_DTYPE = {4: "float32", 2: "bfloat16"}
 _PARAM_DTYPE = {Precision.BF16: "bfloat16", Precision.FP32: "float32"}
@@ -203,11 +207,12 @@ def torchtitan_run(
             "unset paramAllGather, or plan with precision: fp32",
         ),
         (
-            t.attention_kernel is not AttentionKernel.CUDNN,
+            t.attention_kernel not in ATTENTION_BACKEND,
             "spec.training.attentionKernel",
-            f"is {t.attention_kernel}: torchtitan 0.3.0 calls SDPA with cuDNN attention first "
-            "(FlashAttention-2 only where cuDNN cannot run the shape) and has no flag to "
-            "change it; plan with cudnn (the default)",
+            f"is {t.attention_kernel}: torchtitan 0.3.0's Llama 3 runs FlexAttention "
+            "(attn_backend 'flex', which the shardmeter_torchtitan configs pass; it refuses "
+            "'sdpa', so cuDNN and FlashAttention-2 cannot be launched); plan with flex "
+            "(the default)",
         ),
         (
             t.activation_checkpointing not in _AC_MODE,

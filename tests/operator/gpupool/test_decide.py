@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from shardmeter.cost.coefficients import Source
+from shardmeter.cost.coefficients import CoefficientsDocument, Source, ValidationVerdict
 from shardmeter.cost.priors import pool_priors
 from shardmeter.spec.training import Precision
 from shardmeter_operator.api import GPUPoolSpec, GPUPoolStatus
@@ -31,11 +31,17 @@ def spec(benchmark: bool = False, max_retries: int = 2) -> dict[str, Any]:
     return out
 
 
-def configmap(source: Source = Source.PRIOR, gpu: str | None = None) -> dict[str, Any]:
+def configmap(
+    source: Source = Source.PRIOR,
+    gpu: str | None = None,
+    verdict: ValidationVerdict | None = None,
+) -> dict[str, Any]:
     pool = GPUPoolSpec.model_validate(spec() if gpu is None else {**spec(), "gpu": gpu})
     doc = pool_priors(pool, Precision.BF16, "cluster-a")
     if source is Source.MEASURED:
-        doc = doc.model_copy(update={"source": Source.MEASURED, "measured_at": NOW})
+        doc = doc.model_copy(
+            update={"source": Source.MEASURED, "measured_at": NOW, "validation": verdict}
+        )
     return {
         "metadata": {"name": coefficients_configmap_name("cluster-a")},
         "data": doc.to_configmap_data(),
@@ -181,3 +187,56 @@ def test_a_new_spec_generation_measures_again() -> None:
     again = decide(spec(benchmark=True), done.status, cm=configmap(Source.MEASURED), generation=2)
     assert [m["kind"] for m in again.create][-1] == "Job"
     assert again.status.benchmark_generation == 2 and again.status.benchmark_attempts == 0
+
+
+def _verdict(document: tuple[float, float], priors: tuple[float, float]) -> ValidationVerdict:
+    return ValidationVerdict(
+        points=14,
+        suite="7 unseen architectures, hidden 2048–8192, 4096–16384 tokens",
+        document_median_error=document[0],
+        document_max_error=document[1],
+        priors_median_error=priors[0],
+        priors_max_error=priors[1],
+    )
+
+
+def test_a_measured_document_that_beats_the_priors_is_adopted_and_says_so() -> None:
+    status, _ = running_benchmark()
+    better = _verdict((0.04, 0.09), (0.06, 0.22))
+    cm = configmap(Source.MEASURED, verdict=better)
+    out = decide(spec(benchmark=True), status, cm=cm, job=job("complete"))
+    assert out.status.source == "measured" and out.configmap_data is None
+    value, reason, message = condition(out, "CoefficientsReady")
+    assert (value, reason) == ("True", "Measured")
+    assert "document 4.0 % median / 9.0 % max vs priors 6.0 % / 22.0 %" in message
+
+
+def test_a_measured_document_that_loses_to_the_priors_is_not_adopted() -> None:
+    # worse in either figure (here the maximum) and the priors stay: the ConfigMap is
+    # rewritten with them, carrying the verdict, and the status says why
+    status, _ = running_benchmark()
+    worse = _verdict((0.05, 0.33), (0.06, 0.22))
+    cm = configmap(Source.MEASURED, verdict=worse)
+    out = decide(spec(benchmark=True), status, cm=cm, job=job("complete"))
+    assert out.status.benchmark_phase.value == "Succeeded"  # the benchmark itself succeeded
+    assert out.status.source == "prior"
+    value, reason, message = condition(out, "CoefficientsReady")
+    assert (value, reason) == ("True", "PriorsKept")
+    assert "did not predict unseen models better" in message and "33.0 % max" in message
+    assert ("Warning", "PriorsKept") in [e[:2] for e in out.events]
+    assert out.configmap_data is not None
+    kept = CoefficientsDocument.from_configmap_data(out.configmap_data)
+    assert kept.source is Source.PRIOR and kept.validation == worse
+    # the next pass reads the priors it wrote: nothing to rewrite, the reason stays
+    again = decide(
+        spec(benchmark=True), out.status, cm={"data": out.configmap_data}, job=job("complete")
+    )
+    assert again.configmap_data is None and again.events == []
+    assert condition(again, "CoefficientsReady")[1] == "PriorsKept"
+
+
+def test_a_measured_document_without_a_verdict_is_adopted_as_unchecked() -> None:
+    status, _ = running_benchmark()
+    out = decide(spec(benchmark=True), status, cm=configmap(Source.MEASURED), job=job("complete"))
+    assert out.status.source == "measured"
+    assert "not checked against the priors" in condition(out, "CoefficientsReady")[2]

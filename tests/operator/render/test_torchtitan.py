@@ -20,6 +20,7 @@ import yaml
 
 from launch_local import torchtitan_pythonpath
 from launch_local.kubelet import local_pods, trainer_argv
+from shardmeter.cost.model import CostModel
 from shardmeter.errors import SpecError
 from shardmeter.spec.training import AttentionKernel, TrainingSpec
 from shardmeter_operator.api import (
@@ -28,9 +29,11 @@ from shardmeter_operator.api import (
     TrainingPlanStatus,
     WorkloadKind,
 )
+from shardmeter_operator.api.errors import RuntimeCannotExpressError
 from shardmeter_operator.launch.workload import launch_islands
 from shardmeter_operator.render.launch import launch_manifests
 from shardmeter_operator.render.lighthouse import lighthouse_name
+from shardmeter_operator.render.torchtitan import ATTENTION_BACKEND, torchtitan_run
 from shardmeter_operator.trainingplan.model import plan_outcome, plan_request
 from shardmeter_operator.trainingplan.validate import apply_outcome
 
@@ -219,15 +222,37 @@ def test_every_case_study_island_parses_as_planned() -> None:
     assert parsed[-1]["exit"] == 2 and "no_such_flag" in parsed[-1]["output"]
 
 
-def test_plans_default_to_the_attention_kernel_torchtitan_runs_first() -> None:
-    # the runtime's own attention module, not a copy of its backend list: torchtitan's SDPA
-    # tries cuDNN first, so a launched plan is priced (and only launched) with cudnn
-    probe = (
-        "from torchtitan.models.common.attention import ScaledDotProductAttention as A\n"
-        "print([b.name for b in A(None).sdpa_backends])"
-    )
+_REGISTRY_PROBE = """
+import inspect, json
+from torchtitan.models.common.attention import FlexAttention
+from torchtitan.models.common.config_utils import get_attention_config
+from torchtitan.models.llama3 import model_registry as llama3
+from torchtitan.experiments.torchft.llama3 import model_registry as torchft
+from shardmeter_torchtitan.config_registry import ATTENTION_BACKEND, llama3_8b_torchft
+try:
+    get_attention_config("sdpa")
+    sdpa = "accepted"
+except ValueError:
+    sdpa = "refused"
+layers = llama3_8b_torchft().model_spec.model.layers
+built = {type(layer.attention.inner_attention) for layer in layers}
+print(json.dumps({
+    "defaults": [inspect.signature(f).parameters["attn_backend"].default for f in (llama3, torchft)],
+    "sdpa": sdpa,
+    "ours": ATTENTION_BACKEND,
+    "ours_builds_flex": type(get_attention_config(ATTENTION_BACKEND)) is FlexAttention.Config,
+    "launched_is_flex": built == {FlexAttention.Config},
+}))
+"""
+
+
+def test_a_launched_plan_is_priced_with_the_attention_kernel_torchtitan_builds() -> None:
+    # torchtitan's own registry, not a copy of it: its Llama 3 model registries (the plain one
+    # and the torchft experiment's) default to attn_backend "flex" and refuse "sdpa"; the config
+    # the islands launch builds FlexAttention in every block; the renderer maps the planned
+    # kernel to that backend, so a launched plan's attention is priced as FlexAttention
     result = subprocess.run(
-        [sys.executable, "-c", probe],
+        [sys.executable, "-c", _REGISTRY_PROBE],
         capture_output=True,
         text=True,
         env={**os.environ, "PYTHONPATH": torchtitan_pythonpath()},
@@ -235,7 +260,28 @@ def test_plans_default_to_the_attention_kernel_torchtitan_runs_first() -> None:
         check=False,
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    order = result.stdout.strip().splitlines()[-1]
-    assert order.startswith("['CUDNN_ATTENTION'"), order
-    default = TrainingSpec.model_fields["attention_kernel"].default
-    assert default is AttentionKernel.CUDNN
+    facts = json.loads(result.stdout.strip().splitlines()[-1])
+    assert facts == {
+        "defaults": ["flex", "flex"],
+        "sdpa": "refused",
+        "ours": "flex",
+        "ours_builds_flex": True,
+        "launched_is_flex": True,
+    }
+    assert {facts["ours"]} == set(ATTENTION_BACKEND.values())
+    spec, status = case_study("cluster-a", "cluster-b")
+    planned = spec.training.attention_kernel
+    assert ATTENTION_BACKEND[planned] == facts["ours"]  # planned = launched
+    assert TrainingSpec.model_fields["attention_kernel"].default is planned
+    request = plan_request(spec, POOLS)
+    for pool in request.pools:  # the predictions use FlexAttention's rates on each GPU
+        cm = CostModel(request.model, request.training, pool)
+        gpu = pool.gpu
+        assert cm.attention_speed == (gpu.flex_attention_speed, gpu.flex_attention_backward_speed)
+    cudnn = spec.model_copy(
+        update={
+            "training": spec.training.model_copy(update={"attention_kernel": AttentionKernel.CUDNN})
+        }
+    )
+    with pytest.raises(RuntimeCannotExpressError, match="FlexAttention"):
+        torchtitan_run(cudnn, status.islands, status.streaming_di_lo_co, None)
