@@ -32,3 +32,13 @@ def one_thread() -> Iterator[None]:
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """``make test`` runs pytest-xdist with ``--dist loadgroup``: a test marked ``xdist_group``
+    runs in its group's worker (tests/kube/ is one group: one real control plane); every other
+    test file is a group of its own, so its tests stay in one worker, in order."""
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(item.path.relative_to(REPO).as_posix()))

@@ -1,0 +1,207 @@
+"""The operator with exactly the chart's RBAC, enforced by the real RBAC authorizer: the chart
+(rendered by Helm, watching this test's namespace) applied with kubectl, the operator embedded
+with its ServiceAccount's token, and a scenario through every code path that calls the API —
+pools with priors (created, a broken ConfigMap reset), a benchmark (its Role, RoleBinding, Job;
+a failure and a retry), a plan launched as Jobs, a relaunch, a plan queued in Kueue as a
+JobSet on the pool's flavor and admitted. The audit log holds every request the operator made:
+none may be refused (a missing permission), and every permission the chart grants must have
+been used, but for the few this scenario cannot reach, each named with why (an excessive one).
+``OwnerReferencesPermissionEnforcement`` is on: ``blockOwnerDeletion`` needs ``finalizers``."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import helm_python as helm
+import pytest
+import yaml
+
+from kube_support import Kube, kueue_objects, real_operator
+from operator_support import OPERATOR_NS, condition, manifest, variant
+from support.realkube.addons import service_account_token
+from support.realkube.controlplane import AUDITED_NAMESPACE
+
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "deploy" / "helm" / "shardmeter"
+RELEASE = "sm"
+FULLNAME = f"{RELEASE}-shardmeter"
+OPERATOR_SA, BENCH_SA = FULLNAME, f"{FULLNAME}-bench"
+Rule = tuple[str, str, str]  # (apiGroup, resource[/subresource], verb)
+pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(300)]
+
+NOT_REACHED: dict[tuple[Rule, str], str] = {}
+"""Granted, and not used by this scenario: (rule, namespace or "*") → why it is needed."""
+
+assert AUDITED_NAMESPACE == OPERATOR_NS  # the chart's release namespace is the audited one
+
+
+def render(values: dict[str, Any]) -> list[dict[str, Any]]:
+    with helm.Chart.load(CHART) as chart:
+        out = chart.render(values, name=RELEASE, namespace=OPERATOR_NS)
+    return [
+        d
+        for path, text in sorted(out.items())
+        if not path.endswith(".txt")
+        for d in yaml.safe_load_all(text)
+        if d
+    ]
+
+
+def grants(docs: list[dict[str, Any]]) -> set[tuple[Rule, str]]:
+    """Every (rule, namespace) the chart grants the operator ("*": cluster-wide)."""
+    out = set()
+    for doc in docs:
+        if doc["kind"] not in ("ClusterRole", "Role"):
+            continue
+        where = doc["metadata"].get("namespace", "*") if doc["kind"] == "Role" else "*"
+        for rule in doc.get("rules", []):
+            for group in rule.get("apiGroups", []):
+                for resource in rule.get("resources", []):
+                    for verb in rule.get("verbs", []):
+                        out.add(((group, resource, verb), where))
+    return out
+
+
+def used(audit: list[dict[str, Any]]) -> dict[tuple[Rule, str], int]:
+    """(rule, namespace) → the HTTP code of the operator's last such request."""
+    out: dict[tuple[Rule, str], int] = {}
+    for event in audit:
+        ref = event.get("objectRef") or {}
+        if not ref.get("resource") or not event["user"]["username"].endswith(f":{OPERATOR_SA}"):
+            continue
+        resource = ref["resource"] + (f"/{ref['subresource']}" if ref.get("subresource") else "")
+        rule = (ref.get("apiGroup", ""), resource, event["verb"])
+        out[(rule, ref.get("namespace") or "*")] = event["responseStatus"]["code"]
+    return out
+
+
+def covered(rule: Rule, where: str, granted: set[tuple[Rule, str]]) -> bool:
+    return (rule, where) in granted or (rule, "*") in granted
+
+
+async def test_the_operator_needs_every_permission_of_the_chart_and_no_other(
+    kube: Kube, tmp_path: Path
+) -> None:
+    ns = kube.ns
+    docs = render({"operator": {"watchNamespaces": [ns]}})
+    chart = tmp_path / "chart.yaml"
+    chart.write_text(yaml.safe_dump_all(docs, sort_keys=False))
+    result = await kube.kubectl("apply", "-f", str(chart))  # strict field validation
+    assert len(result.stdout.strip().splitlines()) == len(docs), result.stdout
+    for doc in docs:  # deleted at the end; not the CRDs, which every test shares
+        if doc["kind"] in ("ClusterRole", "ClusterRoleBinding"):
+            kube.created.append(
+                (
+                    f"rbac.authorization.k8s.io/v1/{doc['kind'].lower()}s",
+                    None,
+                    doc["metadata"]["name"],
+                )
+            )
+        elif doc["kind"] not in ("CustomResourceDefinition",) and "namespace" in doc["metadata"]:
+            kube.created.append(
+                (doc["kind"].lower(), doc["metadata"]["namespace"], doc["metadata"]["name"])
+            )
+    token = service_account_token(kube, OPERATOR_NS, OPERATOR_SA)
+    kubeconfig = kube.plane_.control.token_kubeconfig(tmp_path / "operator.kubeconfig", token)
+    for obj in kueue_objects(ns, gpus=64):
+        kube.apply(obj)
+    flavor = kueue_objects(ns, gpus=64)[0]["metadata"]["name"]
+
+    pool_a, pool_b = manifest("gpupool-cluster-a.yaml"), manifest("gpupool-cluster-b.yaml")
+    broken = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "shardmeter-coefficients-cluster-b", "namespace": OPERATOR_NS},
+        "data": {"coefficients.json": "{}"},
+    }
+    kube.apply(broken)
+    since = time.time() - 1
+    async with real_operator(
+        kube, kubeconfig=kubeconfig, namespaces=(ns, OPERATOR_NS), bench_service_account=BENCH_SA
+    ):
+        kube.apply(variant(pool_a, benchmark={"enabled": True, "nodes": 1}))
+        kube.apply(pool_b)
+        pool = await _pool(kube, "cluster-a", lambda s: s.get("benchmarkPhase") == "Running")
+        kube.set_job_failed(OPERATOR_NS, pool["benchmarkJob"])
+        await _pool(
+            kube,
+            "cluster-a",
+            lambda s: s.get("benchmarkAttempts") == 1 and s.get("benchmarkPhase") == "Running",
+        )
+        await _pool(kube, "cluster-b", lambda s: s.get("source") == "prior")
+
+        one_pool = {"launch": True, "pools": [{"name": "cluster-b"}], "workload": "Job"}
+        plan = variant(manifest("trainingplan.yaml"), **one_pool)
+        plan["metadata"]["namespace"] = ns
+        name = plan["metadata"]["name"]
+        kube.apply(plan)
+        launched = await _plan(kube, name, lambda s: s.get("phase") == "Launched")
+        kube.set_job_running(ns, launched["jobs"][0])
+        await _plan(kube, name, lambda s: any(i["state"] == "running" for i in s["islands"]))
+        kube.apply(variant(plan, relaunch=1))
+        await _plan(
+            kube,
+            name,
+            lambda s: (s.get("launch") or {}).get("relaunch") == 1 and s.get("phase") == "Launched",
+        )
+
+        queued = variant(
+            manifest("trainingplan.yaml"),
+            launch=True,
+            pools=[{"name": "cluster-a"}],
+            queueName="team-a",
+        )
+        queued["metadata"].update(name="queued", namespace=ns)
+        pool_a["spec"]["kueue"] = {"flavor": flavor}
+        pool_a["spec"]["benchmark"] = {"enabled": False}
+        kube.apply(pool_a)
+        kube.apply(queued)
+        s = await _plan(
+            kube,
+            "queued",
+            lambda s: any(
+                c["type"] == "Admitted" and c["status"] == "True" for c in s.get("conditions", [])
+            ),
+        )
+        assert condition(s, "Valid")["status"] == "True"
+        await _pool(kube, "cluster-a", lambda s: s.get("benchmarkPhase") == "Disabled")
+
+    calls = used(kube.plane_.audit(since))
+    assert calls, "the audit log holds none of the operator's requests"
+    refused = {call: code for call, code in calls.items() if code in (401, 403)}
+    assert refused == {}, "the chart's RBAC refused the operator"
+    granted = grants(docs)
+    unused = {
+        (rule, where)
+        for rule, where in granted
+        if not any(r == rule and where in ("*", w) for r, w in calls)
+    }
+    assert unused == set(NOT_REACHED), sorted(unused)
+    for (rule, where), code in calls.items():
+        assert covered(rule, where, granted), (rule, where, code)
+
+
+async def _pool(kube: Kube, name: str, predicate: Any) -> dict[str, Any]:
+    return await _status(kube, "gpupools", None, name, predicate)
+
+
+async def _plan(kube: Kube, name: str, predicate: Any) -> dict[str, Any]:
+    return await _status(kube, "trainingplans", kube.ns, name, predicate)
+
+
+async def _status(
+    kube: Kube, resource: str, ns: str | None, name: str, predicate: Any
+) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+
+    def check() -> bool:
+        s = (kube.get(resource, ns, name) or {}).get("status") or {}
+        if s and predicate(s):
+            found.update(s)
+            return True
+        return False
+
+    await kube.wait_for(check, 120, f"{resource} {name}: {predicate}")
+    return found
