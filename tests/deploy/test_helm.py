@@ -525,6 +525,7 @@ def test_cluster_role_and_roles_are_exactly_the_declared_permissions() -> None:
         "operator-namespace",
         "namespaced-mode",
         "multicluster",
+        "cluster-events",
     }
     # reading worker clusters' kubeconfigs: a Role in Kueue's namespace, only when asked
     assert not [d for d in DEFAULT if d["metadata"]["name"] == f"{FULLNAME}-multicluster"]
@@ -534,14 +535,24 @@ def test_cluster_role_and_roles_are_exactly_the_declared_permissions() -> None:
     _same(rules_of(role), declared("multicluster"))
     (binding,) = [d for d in multi if d["kind"] == "RoleBinding"]
     assert binding["roleRef"]["name"] == f"{FULLNAME}-multicluster"
-    # every namespace: the workload rules are cluster-wide
+    # every namespace: the workload rules are cluster-wide (Events in default included)
+    assert declared("cluster-events") <= declared("workload")
     _same(rules_of(one(DEFAULT, "ClusterRole")), declared("cluster", "workload"))
     _same(rules_of(one(DEFAULT, "Role")), declared("operator-namespace"))
     # watched namespaces: a Role in each (and in the release namespace), Namespaces listed
     docs = render(NAMESPACED)
     _same(rules_of(one(docs, "ClusterRole")), declared("cluster", "namespaced-mode"))
     _same(rules_of(one(docs, "Role", FULLNAME)), declared("operator-namespace"))
-    workload = [d for d in docs if d["kind"] == "Role" and d["metadata"]["name"] != FULLNAME]
+    # Events about GPUPools: kube-apiserver keeps them in default, a Role there
+    events = one(docs, "Role", f"{FULLNAME}-cluster-events")
+    assert events["metadata"]["namespace"] == "default"
+    _same(rules_of(events), declared("cluster-events"))
+    workload = [
+        d
+        for d in docs
+        if d["kind"] == "Role"
+        and d["metadata"]["name"] not in (FULLNAME, f"{FULLNAME}-cluster-events")
+    ]
     assert sorted(d["metadata"]["namespace"] for d in workload) == [NAMESPACE, "team-a", "team-b"]
     for role in workload:
         _same(rules_of(role), declared("workload"))

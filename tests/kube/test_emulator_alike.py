@@ -39,6 +39,23 @@ def service(name: str) -> Doc:
     }
 
 
+def gpupool_event(name: str) -> Doc:
+    """An Event about a GPUPool (cluster-scoped): kube-apiserver keeps those in default."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": name},
+        "involvedObject": {
+            "apiVersion": "shardmeter.io/v1alpha1",
+            "kind": "GPUPool",
+            "name": "cluster-a",
+        },
+        "reason": "BenchmarkFailed",
+        "message": "m",
+        "type": "Warning",
+    }
+
+
 def _typo() -> Doc:
     doc = job("typo")
     doc["spec"]["template"]["spec"]["containers"][0]["imagePullPolicy"] = 3
@@ -66,6 +83,7 @@ CASES: list[tuple[str, str, Doc, dict[str, str]]] = [
         {},
     ),
     ("mistyped", "/apis/batch/v1/jobs", _typo(), {}),
+    ("cluster-event-elsewhere", "/api/v1/events", gpupool_event("e1"), {}),
     (
         "unknown-strict",
         "/apis/batch/v1/jobs",
@@ -94,12 +112,14 @@ async def test_built_in_writes_are_answered_alike(kube: Kube, tmp_path: Path) ->
             path = f"{root}/namespaces/{kube.ns}/{plural}"
             query = {"dryRun": "All", **params}
             real_code, real = kube.request("POST", path, body, params=query)
-            emu_code, emu = await emulator.api(
-                "POST", path.replace(kube.ns, "default"), body, params=query
-            )
+            emu_code, emu = await emulator.api("POST", path, body, params=query)
             answers.append((case, (real_code, real.get("reason")), (emu_code, emu.get("reason"))))
     differ = {case: (real, emu) for case, real, emu in answers if real != emu}
     assert set(differ) == set(EXPECTED_DIFFERENCES), differ
     assert differ["service-digit"] == ((201, None), (422, "Invalid"))
-    # and the cases cover both outcomes
+    # an Event about a cluster-scoped object is accepted in default only
+    path = "/api/v1/namespaces/default/events"
+    code, _ = kube.request("POST", path, gpupool_event("e2"), params={"dryRun": "All"})
+    assert code == 201
+    # and the cases cover every outcome
     assert {real[0] for _, real, _ in answers} == {201, 400, 422}

@@ -8,7 +8,7 @@
 #       config/…        (jobset, kueue) the module's kustomize tree: CRDs, webhooks, RBAC
 #       .built          written last: a directory without it is rebuilt
 #
-#   trainer-v<version>/config/crds   Kubeflow Trainer's CRDs (TrainJob), no binary
+#   trainer-v<version>/config/{crds,runtimes}   Kubeflow Trainer's CRDs and runtimes, no binary
 #
 # Usage: tools/kube/build.sh [kubernetes|etcd|jobset|kueue|trainer]...   (none: all)
 # A component already built is skipped, so `make test` calls this on every run for ~nothing.
@@ -103,13 +103,15 @@ build_kueue() {
   build_manager "$1" "$2" sigs.k8s.io/kueue sigs.k8s.io/kueue/cmd/kueue "$KUEUE_VERSION" kueue
 }
 
-# Kubeflow Trainer v2: only its CRDs (TrainJob, the runtimes) — no controller runs in the tests.
+# Kubeflow Trainer v2: its CRDs (TrainJob, the runtimes) and the ClusterTrainingRuntimes it
+# installs — no controller runs in the tests.
 # The version Kueue's go.mod requires, so Kueue's TrainJob integration and webhook match it.
 build_trainer() {
   local work=$1 dest=$2 dir
   dir=$(module_dir "$work" "github.com/kubeflow/trainer/v2@v$TRAINER_VERSION")
   mkdir -p "$dest/config"
   cp -r "$dir/manifests/base/crds" "$dest/config/crds"
+  cp -r "$dir/manifests/base/runtimes" "$dest/config/runtimes"  # ClusterTrainingRuntimes
   chmod -R u+w "$dest/config"
 }
 
@@ -124,7 +126,7 @@ build() {
     *) log "unknown component '$name' (kubernetes, etcd, jobset, kueue or trainer)"; return 2 ;;
   esac
   dest="$cache/$name-v$version"
-  [ -f "$dest/.built" ] && return 0
+  grep -qs "^recipe $RECIPE\$" "$dest/.built" && return 0
   log "building $name v$version into $dest (once per machine; minutes)"
   start=$(date +%s)
   rm -rf "$dest" && mkdir -p "$dest/bin"
@@ -141,8 +143,10 @@ build() {
   fi
   cp "$work/go.mod" "$dest/build-go.mod" 2>/dev/null || true
   rm -rf "$work"
-  echo "$name v$version built in $(($(date +%s) - start)) s on $(date -u +%FT%TZ)" >"$dest/.built"
-  log "$(cat "$dest/.built")"
+  printf '%s\nrecipe %s\n' \
+    "$name v$version built in $(($(date +%s) - start)) s on $(date -u +%FT%TZ)" "$RECIPE" \
+    >"$dest/.built"
+  log "$(head -1 "$dest/.built")"
 }
 
 [ $# -gt 0 ] || set -- etcd kubernetes jobset kueue trainer

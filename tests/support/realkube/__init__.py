@@ -38,6 +38,19 @@ def install_crds(cluster: RealCluster, files: list[Path]) -> None:
     wait_established(cluster, crds)
 
 
+def trainer_runtimes() -> list[dict[str, Any]]:
+    """The ClusterTrainingRuntimes Kubeflow Trainer installs (``torch-distributed``, …): Kueue's
+    TrainJob webhook refuses a TrainJob whose runtime does not exist."""
+    trainer = binaries.Component("trainer", binaries.versions()["TRAINER_VERSION"])
+    return [
+        d
+        for f in sorted(trainer.config("runtimes").glob("*.yaml"))
+        if f.name != "kustomization.yaml"
+        for d in yaml.safe_load_all(f.read_text())
+        if d
+    ]
+
+
 def jobset_gates(gates: Mapping[str, bool]) -> Callable[[dict[str, Any]], None]:
     def configure(config: dict[str, Any]) -> None:
         config["featureGates"] = dict(gates)
@@ -71,6 +84,8 @@ def running_plane(
         admin = RealCluster(control.admin_kubeconfig, control)
         try:
             install_crds(admin, crd_files())
+            for runtime in trainer_runtimes():
+                admin.apply(runtime)
             with stopping([]) as started:
                 plane = Plane(control, admin)
                 if jobset:

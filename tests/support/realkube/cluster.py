@@ -171,20 +171,19 @@ class Plane:
             process.check_running()
 
     def audit(self, since: float = 0.0) -> list[Body]:
-        """Audit events (ResponseComplete) of :data:`~.controlplane.AUDITED_NAMESPACE`'s
-        service accounts received after ``since`` (a UNIX time)."""
-        events = []
+        """The requests of :data:`~.controlplane.AUDITED_NAMESPACE`'s service accounts received
+        after ``since`` (a UNIX time), one audit event each: the last stage logged (a watch
+        still open has only its ResponseStarted)."""
+        events: dict[str, Body] = {}
         path = self.control.audit_log
         if not path.exists():
             return []
         for line in path.read_text().splitlines():
             event = json.loads(line)
-            if event.get("stage") != "ResponseComplete":
-                continue
             when = datetime.datetime.fromisoformat(event["requestReceivedTimestamp"])
             if when.timestamp() >= since:
-                events.append(event)
-        return events
+                events[event["auditID"]] = event
+        return list(events.values())
 
 
 @contextlib.contextmanager
