@@ -4,11 +4,11 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 OUT    ?= out/case-study
-# Test files spread over the cores (pytest-xdist; a file's tests stay in one worker, in order:
-# tests/conftest.py makes each file an xdist group, and tests/kube/ is one group — one real
-# control plane for all of its tests). JOBS=0 runs everything in one process.
+# Test files spread over the cores (pytest-xdist; a file's tests stay in one worker, in order;
+# tests/kube/ is one unit — one real control plane for all of its tests: tests/conftest.py).
+# JOBS=0 runs everything in one process.
 JOBS   ?= auto
-XDIST  := $(if $(filter 0,$(JOBS)),,-n $(JOBS) --maxprocesses 4 --dist loadgroup)
+XDIST  := $(if $(filter 0,$(JOBS)),,-n $(JOBS) --maxprocesses 4 --dist loadfile)
 
 .PHONY: demo test check lint typecheck pytest crds docs bench clean tools kube cluster
 

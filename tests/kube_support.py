@@ -8,15 +8,20 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import helm_python as helm
 import kopf
+import yaml
 
 from operator_support import OPERATOR_NS
 from shardmeter_operator.config import OperatorConfig
 from shardmeter_operator.handlers import build_registry
 from support.cluster import embedded_operator
 from support.kueue import API_VERSION as KUEUE_API
+from support.realkube.addons import service_account_token
 from support.realkube.cluster import Plane, RealCluster
 
+REPO = Path(__file__).resolve().parents[1]
+CHART = REPO / "deploy" / "helm" / "shardmeter"
 QUEUE = "team-a"
 H200 = {"node.kubernetes.io/instance-type": "h200-8x"}
 """The example pool cluster-a's node selector."""
@@ -107,3 +112,47 @@ def kueue_objects(ns: str, gpus: int, queue: str = "gpus") -> list[dict[str, Any
             "spec": {"clusterQueue": f"{queue}-{ns}"},
         },
     ]
+
+
+def render_chart(values: dict[str, Any], release: str) -> list[dict[str, Any]]:
+    """The chart as Helm renders it into the operator's namespace (helm-python-sdk)."""
+    with helm.Chart.load(CHART) as chart:
+        out = chart.render(values, name=release, namespace=OPERATOR_NS)
+    return [
+        d
+        for path, text in sorted(out.items())
+        if not path.endswith(".txt")
+        for d in yaml.safe_load_all(text)
+        if d
+    ]
+
+
+async def install_chart(
+    kube: Kube, values: dict[str, Any], release: str, tmp_path: Path
+) -> list[dict[str, Any]]:
+    """``helm install`` without Helm's release bookkeeping: the rendered chart applied with
+    kubectl (strict field validation); everything but the CRDs, which every test shares, is
+    deleted at the test's end. No controller runs its Deployment (no kubelet)."""
+    docs = render_chart(values, release)
+    manifests = tmp_path / f"{release}-chart.yaml"
+    manifests.write_text(yaml.safe_dump_all(docs, sort_keys=False))
+    result = await kube.kubectl("apply", "-f", str(manifests))
+    assert len(result.stdout.strip().splitlines()) == len(docs), result.stdout
+    for doc in docs:
+        if doc["kind"] == "CustomResourceDefinition":
+            continue
+        info = kube.resource(doc["kind"].lower())
+        kube.created.append(
+            (
+                f"{info.group_version}/{info.plural}",
+                doc["metadata"].get("namespace"),
+                doc["metadata"]["name"],
+            )
+        )
+    return docs
+
+
+def operator_kubeconfig(kube: Kube, service_account: str, tmp_path: Path) -> Path:
+    """A kubeconfig with the token of the chart's operator ServiceAccount (TokenRequest)."""
+    token = service_account_token(kube, OPERATOR_NS, service_account)
+    return kube.plane_.control.token_kubeconfig(tmp_path / "operator.kubeconfig", token)

@@ -1,8 +1,8 @@
 """Tests against real Kubernetes components (``support.realkube``): one control plane per
 session with JobSet and Kueue, shared by every test here. They all run in one pytest-xdist
-worker (``xdist_group``: ``make test`` runs ``--dist loadgroup``, and the root conftest keeps
-every other file a group of its own), one after the other, each in namespaces of its own, so
-one plane serves them all. A test's cluster-scoped objects are deleted at its end."""
+worker (tests/conftest.py's scheduler makes tests/kube/ one unit of ``--dist loadfile``), one
+after the other, each in namespaces of its own, so one plane serves them all. A test's
+cluster-scoped objects are deleted at its end."""
 
 from __future__ import annotations
 
@@ -18,15 +18,12 @@ from operator_support import OPERATOR_NS
 from support.realkube import running_plane
 from support.realkube.cluster import Plane, scoped_objects
 
-GROUP = "real-kube"
 
-
-@pytest.hookimpl(tryfirst=True)  # before the root conftest's: this group, not the file's
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     here = Path(__file__).parent
     for item in items:
         if here in item.path.parents:
-            item.add_marker(pytest.mark.xdist_group(GROUP))
             item.add_marker(pytest.mark.kube)
 
 

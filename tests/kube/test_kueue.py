@@ -1,8 +1,9 @@
 """A TrainingPlan launched through real Kueue and the real JobSet and Job controllers: queued
 in a LocalQueue whose ClusterQueue has too little quota it waits, suspended, with Kueue's own
 reason; with enough quota Kueue admits every island at once and the JobSet's Jobs run on the
-flavor's nodes; deactivating the Workload evicts it; deleting the plan lets the real garbage
-collector remove every child. As plain Jobs, Kueue admits island by island."""
+flavor's nodes; deactivating the Workload evicts it (suspended again, the plan says why); deleting the plan lets the real garbage
+collector remove every child. As plain Jobs, Kueue admits island by island. (An unknown queue
+is Valid=False before anything is created.)"""
 
 from __future__ import annotations
 
@@ -62,13 +63,24 @@ async def children_gone(kube: Kube) -> None:
 
 async def test_a_queued_jobset_waits_for_quota_then_real_kueue_admits_it(kube: Kube) -> None:
     ns = kube.ns
-    for obj in kueue_objects(ns, gpus=32):
-        kube.apply(obj)
     kube.apply(manifest("gpupool-cluster-a.yaml"))
     async with real_operator(kube, namespaces=(ns,)):
         kube.apply(plan(ns, **QUEUED))
-        # 8 islands x 8 GPUs do not fit 32: launched, suspended, waiting with Kueue's reason
-        s = await status(kube, is_("QuotaReserved", "False", "Pending"))
+        s = await status(kube, lambda s: s.get("phase") == "Invalid")
+        valid = condition(s, "Valid")
+        assert (valid["status"], valid["reason"]) == ("False", "QueueNotFound")
+        assert kube.list("jobsets", ns) == []
+        # the queue appears, with room for half the plan: 8 islands x 8 GPUs do not fit 32 —
+        # launched, suspended, waiting with Kueue's reason
+        for obj in kueue_objects(ns, gpus=32):
+            kube.apply(obj)
+        s = await status(
+            kube,
+            lambda s: (
+                is_("QuotaReserved", "False", "Pending")(s)
+                and "insufficient quota" in condition(s, "QuotaReserved")["message"]
+            ),
+        )
         assert s["phase"] == "Launched" and s["launch"]["workload"] == "JobSet"
         quota = condition(s, "QuotaReserved")["message"]
         assert "insufficient quota for nvidia.com/gpu in flavor h200-" in quota, quota
@@ -84,6 +96,14 @@ async def test_a_queued_jobset_waits_for_quota_then_real_kueue_admits_it(kube: K
         # enough quota: Kueue admits the Workload, JobSet unsuspends every island on the flavor
         kube.apply(kueue_objects(ns, gpus=64)[1])
         s = await status(kube, is_("Admitted", "True"))
+        await kube.wait_for(  # the operator's Event beside Kueue's (on the Workload)
+            lambda: [
+                e
+                for e in kube.events(ns, "Admitted")
+                if e["involvedObject"]["kind"] == "TrainingPlan"
+            ],
+            60,
+        )
         jobs = await kube.wait_for(
             lambda: (
                 (jobs := kube.list("jobs", ns))
@@ -99,6 +119,20 @@ async def test_a_queued_jobset_waits_for_quota_then_real_kueue_admits_it(kube: K
             kube.set_job_running(ns, job["metadata"]["name"])
         s = await status(kube, lambda s: s.get("phase") == "Running")
         assert {i["state"] for i in s["islands"]} == {"running"}
+
+        # evicted (the Workload deactivated): Kueue suspends the JobSet, its Jobs go, the plan
+        # says why and its islands wait in the queue again
+        (wl,) = kube.list("workloads", ns)
+        kube.patch("workloads", ns, wl["metadata"]["name"], {"spec": {"active": False}})
+        s = await status(kube, is_("Admitted", "False", "NoReservation"))
+        assert condition(s, "Admitted")["message"] == "The workload has no reservation"
+        assert {(i["state"], i["reason"]) for i in s["islands"]} == {("pending", "Queued")}
+        assert s["islands"][0]["message"] == "The workload is deactivated"
+        await kube.wait_for(lambda: (kube.get("jobsets", ns, NAME) or {})["spec"]["suspend"], 60)
+        warnings = await kube.wait_for(
+            lambda: [e for e in kube.events(ns, "NoReservation") if e["type"] == "Warning"], 60
+        )
+        assert warnings[0]["involvedObject"]["kind"] == "TrainingPlan"
 
         # deleting the plan: the garbage collector removes the JobSet, its Jobs, their pods,
         # the Services, the lighthouse and Kueue's Workload

@@ -14,17 +14,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-import helm_python as helm
 import pytest
-import yaml
 
-from kube_support import Kube, kueue_objects, real_operator
+from kube_support import Kube, install_chart, kueue_objects, operator_kubeconfig, real_operator
 from operator_support import OPERATOR_NS, condition, manifest, variant
-from support.realkube.addons import service_account_token
 from support.realkube.controlplane import AUDITED_NAMESPACE
 
-REPO = Path(__file__).resolve().parents[2]
-CHART = REPO / "deploy" / "helm" / "shardmeter"
 RELEASE = "sm"
 FULLNAME = f"{RELEASE}-shardmeter"
 OPERATOR_SA, BENCH_SA = FULLNAME, f"{FULLNAME}-bench"
@@ -88,18 +83,6 @@ whether the creator of a child with ``blockOwnerDeletion`` may update its owner'
 assert AUDITED_NAMESPACE == OPERATOR_NS  # the chart's release namespace is the audited one
 
 
-def render(values: dict[str, Any]) -> list[dict[str, Any]]:
-    with helm.Chart.load(CHART) as chart:
-        out = chart.render(values, name=RELEASE, namespace=OPERATOR_NS)
-    return [
-        d
-        for path, text in sorted(out.items())
-        if not path.endswith(".txt")
-        for d in yaml.safe_load_all(text)
-        if d
-    ]
-
-
 def grants(docs: list[dict[str, Any]]) -> set[tuple[Rule, str]]:
     """Every (rule, namespace) the chart grants the operator ("*": cluster-wide)."""
     out = set()
@@ -133,30 +116,14 @@ def covered(rule: Rule, where: str, granted: set[tuple[Rule, str]]) -> bool:
     return (rule, where) in granted or (rule, "*") in granted
 
 
+@pytest.mark.parametrize("mode", ["all-namespaces", "namespaced"])
 async def test_the_operator_needs_every_permission_of_the_chart_and_no_other(
-    kube: Kube, tmp_path: Path
+    kube: Kube, tmp_path: Path, mode: str
 ) -> None:
     ns = kube.ns
-    docs = render({"operator": {"watchNamespaces": [ns]}})
-    chart = tmp_path / "chart.yaml"
-    chart.write_text(yaml.safe_dump_all(docs, sort_keys=False))
-    result = await kube.kubectl("apply", "-f", str(chart))  # strict field validation
-    assert len(result.stdout.strip().splitlines()) == len(docs), result.stdout
-    for doc in docs:  # deleted at the end; not the CRDs, which every test shares
-        if doc["kind"] in ("ClusterRole", "ClusterRoleBinding"):
-            kube.created.append(
-                (
-                    f"rbac.authorization.k8s.io/v1/{doc['kind'].lower()}s",
-                    None,
-                    doc["metadata"]["name"],
-                )
-            )
-        elif doc["kind"] not in ("CustomResourceDefinition",) and "namespace" in doc["metadata"]:
-            kube.created.append(
-                (doc["kind"].lower(), doc["metadata"]["namespace"], doc["metadata"]["name"])
-            )
-    token = service_account_token(kube, OPERATOR_NS, OPERATOR_SA)
-    kubeconfig = kube.plane_.control.token_kubeconfig(tmp_path / "operator.kubeconfig", token)
+    values = {"operator": {"watchNamespaces": [ns]}} if mode == "namespaced" else {}
+    docs = await install_chart(kube, values, RELEASE, tmp_path)
+    kubeconfig = operator_kubeconfig(kube, OPERATOR_SA, tmp_path)
     for obj in kueue_objects(ns, gpus=64):
         kube.apply(obj)
     flavor = kueue_objects(ns, gpus=64)[0]["metadata"]["name"]
@@ -171,7 +138,10 @@ async def test_the_operator_needs_every_permission_of_the_chart_and_no_other(
     kube.apply(broken)
     since = time.time() - 1
     async with real_operator(
-        kube, kubeconfig=kubeconfig, namespaces=(ns, OPERATOR_NS), bench_service_account=BENCH_SA
+        kube,
+        kubeconfig=kubeconfig,
+        namespaces=(ns, OPERATOR_NS) if mode == "namespaced" else (),
+        bench_service_account=BENCH_SA,
     ):
         kube.apply(variant(pool_a, benchmark={"enabled": True, "nodes": 1}))
         kube.apply(pool_b)

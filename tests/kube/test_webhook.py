@@ -7,12 +7,15 @@ call, as the server verifies the certificate."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import copy
 import json
+import ssl
 from typing import Any
 
 import pytest
+from cryptography import x509
 
 from kube_support import Kube, real_operator
 from operator_support import manifest
@@ -147,6 +150,12 @@ async def test_the_real_api_server_calls_the_operators_webhook_with_its_own_cert
             }
 
         (ca,) = await kube.wait_for(lambda: (b := bundles()) and "" not in b and b, 60)
+        cert = x509.load_pem_x509_certificate(base64.b64decode(ca))
+        sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        assert [str(ip) for ip in sans.get_values_for_type(x509.IPAddress)] == ["127.0.0.1"]
+        assert cert.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
+        served = await asyncio.to_thread(ssl.get_server_certificate, ("127.0.0.1", port))
+        assert x509.load_pem_x509_certificate(served.encode()) == cert  # what the server sees
         await kube.wait_for(lambda: kube.get("gpupools", None, "cluster-a"), 30)
 
         # a JobSet: placed by ours, then defaulted and validated by JobSet's and Kueue's
