@@ -39,6 +39,7 @@ REAL_KUBE_TESTS = "tests/kube/"
 """Tests that share one real control plane per pytest process (tests/kube/conftest.py)."""
 
 
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: unknown with -p no:xdist
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """``make test`` runs pytest-xdist with ``--dist loadfile`` (a file's tests stay in one
     worker, in order); tests/kube/ is one unit too, so one worker starts one real control plane

@@ -98,12 +98,13 @@ def grants(docs: list[dict[str, Any]]) -> set[tuple[Rule, str]]:
     return out
 
 
-def used(audit: list[dict[str, Any]]) -> dict[tuple[Rule, str], int]:
-    """(rule, namespace) → the HTTP code of the operator's last such request."""
+def used(audit: list[dict[str, Any]], account_uid: str) -> dict[tuple[Rule, str], int]:
+    """(rule, namespace) → the HTTP code of the last such request by the ServiceAccount of
+    ``account_uid`` (this test's: an earlier test's operator had one of the same name)."""
     out: dict[tuple[Rule, str], int] = {}
     for event in audit:
         ref = event.get("objectRef") or {}
-        if not ref.get("resource") or not event["user"]["username"].endswith(f":{OPERATOR_SA}"):
+        if not ref.get("resource") or event["user"].get("uid") != account_uid:
             continue
         resource = ref["resource"] + (f"/{ref['subresource']}" if ref.get("subresource") else "")
         rule = (ref.get("apiGroup", ""), resource, event["verb"])
@@ -135,6 +136,13 @@ async def test_the_operator_needs_every_permission_of_the_chart_and_no_other(
         "metadata": {"name": "shardmeter-coefficients-cluster-b", "namespace": OPERATOR_NS},
         "data": {"coefficients.json": "{}"},
     }
+    # an earlier test's pools of the same names may have left coefficients the garbage
+    # collector has not removed yet: cluster-a's is created afresh, cluster-b's is broken
+    kube.delete("configmaps", OPERATOR_NS, "shardmeter-coefficients-cluster-a")
+    kube.delete("configmaps", OPERATOR_NS, "shardmeter-coefficients-cluster-b")
+    await kube.wait_for(
+        lambda: not kube.get("configmaps", OPERATOR_NS, "shardmeter-coefficients-cluster-a"), 30
+    )
     kube.apply(broken)
     since = time.time() - 1
     async with real_operator(
@@ -201,7 +209,8 @@ async def test_the_operator_needs_every_permission_of_the_chart_and_no_other(
         )
         await _pool(kube, "cluster-a", lambda s: s.get("benchmarkPhase") == "Disabled")
 
-    calls = used(kube.plane_.audit(since))
+    account = kube.get("serviceaccounts", OPERATOR_NS, OPERATOR_SA) or {}
+    calls = used(kube.plane_.audit(since), account["metadata"]["uid"])
     assert calls, "the audit log holds none of the operator's requests"
     refused = {call: code for call, code in calls.items() if code in (401, 403)}
     assert refused == {}, "the chart's RBAC refused the operator"

@@ -58,12 +58,29 @@ def jobset_gates(gates: Mapping[str, bool]) -> Callable[[dict[str, Any]], None]:
     return configure
 
 
+SERVED_INTEGRATIONS = (
+    "batch/job",
+    "pod",
+    "deployment",
+    "statefulset",
+    "jobset.x-k8s.io/jobset",
+    "trainer.kubeflow.org/trainjob",
+)
+"""The Kueue integrations whose kinds a plane serves (built in, or a CRD installed here)."""
+
+
 def kueue_configuration() -> Callable[[dict[str, Any]], None]:
-    """Kueue's shipped configuration, without its on-demand visibility API server: no
-    APIService points at it out of cluster, and v0.19 reads its certificate from the fixed
-    path /visibility (pkg/visibility/server.go)."""
+    """Kueue's shipped configuration, with
+    * its integrations cut to the kinds this plane serves: a MultiKueue manager watches every
+      enabled integration's kind in each worker, and marks a worker that lacks one inactive
+      (``no matches for kind "MPIJob"``: ClientConnectionFailed) — the shipped list names
+      MPIJob, Ray, AppWrapper, LeaderWorkerSet;
+    * no on-demand visibility API server: no APIService points at it out of cluster, and v0.19
+      reads its certificate from the fixed path /visibility (pkg/visibility/server.go)."""
 
     def configure(config: dict[str, Any]) -> None:
+        frameworks = config["integrations"]["frameworks"]
+        config["integrations"]["frameworks"] = [f for f in frameworks if f in SERVED_INTEGRATIONS]
         config.setdefault("featureGates", {})["VisibilityOnDemand"] = False
 
     return configure
