@@ -4,12 +4,13 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 OUT    ?= out/case-study
-# Test files spread over the cores (pytest-xdist; a file's tests stay in one worker, in order).
+# Test files spread over the cores (pytest-xdist; a file's tests stay in one worker, in order;
+# tests/kube/ is one unit — one real control plane for all of its tests: tests/conftest.py).
 # JOBS=0 runs everything in one process.
 JOBS   ?= auto
 XDIST  := $(if $(filter 0,$(JOBS)),,-n $(JOBS) --maxprocesses 4 --dist loadfile)
 
-.PHONY: demo test check lint typecheck pytest crds docs bench clean tools
+.PHONY: demo test check lint typecheck pytest crds docs bench clean tools kube cluster
 
 # Core install: the model, simulator, optimizer and CLI (no torch, no kopf).
 $(VENV)/.core: pyproject.toml
@@ -48,6 +49,19 @@ $(VENV)/bin/promtool: | $(VENV)/.full
 
 tools: $(VENV)/bin/promtool
 
+# The real control plane of tests/kube/ — etcd, kube-apiserver, kube-controller-manager, the
+# JobSet controller, Kueue's manager (versions: tools/kube/versions.env) — built from their Go
+# modules into $(KUBE_CACHE) once per machine (cold: see tools/kube/README.md); afterwards this
+# only checks that each is there.
+KUBE_CACHE ?= $(HOME)/.cache/shardmeter/kube
+kube:
+	@SHARDMETER_KUBE_CACHE=$(KUBE_CACHE) tools/kube/build.sh
+
+# A real control plane with JobSet and Kueue for a person: prints `export KUBECONFIG=…`; Ctrl-C
+# stops every process.
+cluster: kube $(VENV)/.full
+	cd tests && SHARDMETER_KUBE_CACHE=$(KUBE_CACHE) ../$(PY) -m support.realkube $(CLUSTER_ARGS)
+
 demo: $(VENV)/.core
 	$(VENV)/bin/shardmeter plan examples/case-study.yaml --out $(OUT)
 	@echo
@@ -59,15 +73,15 @@ lint: $(VENV)/.full
 	$(VENV)/bin/mypy shardmeter operator/shardmeter_operator bench-job/shardmeter_bench bench-job/shardmeter_torchtitan
 	$(VENV)/bin/lint-imports --no-cache
 
-pytest: $(VENV)/.full tools
-	$(PY) -m pytest $(XDIST) $(PYTEST_ARGS)
+pytest: $(VENV)/.full tools kube
+	SHARDMETER_KUBE_CACHE=$(KUBE_CACHE) $(PY) -m pytest $(XDIST) $(PYTEST_ARGS)
 
 test: lint pytest
 
 # The inner loop: lint, then every test not marked slow (the bench and launch end-to-end runs,
 # the exhaustive planner cross-check), stopping at the first failure. `make test` runs them all.
-check: lint $(VENV)/.full tools
-	$(PY) -m pytest $(XDIST) -m "not slow" -x -q $(PYTEST_ARGS)
+check: lint $(VENV)/.full tools kube
+	SHARDMETER_KUBE_CACHE=$(KUBE_CACHE) $(PY) -m pytest $(XDIST) -m "not slow" -x -q $(PYTEST_ARGS)
 
 crds: $(VENV)/.full
 	$(PY) -m shardmeter_operator.api.crdgen crds

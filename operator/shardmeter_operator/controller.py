@@ -500,7 +500,7 @@ class Controller:
         and this reconcile's), then write the final status with none pending."""
         meta = body["metadata"]
         box = events.outbox(stored, decided, str(meta["name"]), str(meta["uid"]))
-        namespace = str(meta.get("namespace") or self.cfg.namespace)
+        namespace = str(meta.get("namespace") or events.CLUSTER_SCOPED_NAMESPACE)
         for pending in box.pending:
             await self.kube.post_event(events.manifest(pending, body, namespace))
         status.events = events.posted(box)

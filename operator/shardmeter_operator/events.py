@@ -71,6 +71,12 @@ def posted(box: EventOutbox) -> EventOutbox | None:
     return EventOutbox(sequence=box.sequence) if box.sequence else None
 
 
+CLUSTER_SCOPED_NAMESPACE = "default"
+"""Where the Events about a cluster-scoped object (a GPUPool) go: kube-apiserver refuses an
+Event whose namespace is neither its involved object's nor, for a cluster-scoped one,
+``default`` (core/v1 Event validation; found by the real-cluster tests, tests/kube/)."""
+
+
 def manifest(
     event: PendingEvent,
     involved: Mapping[str, Any],
@@ -78,7 +84,7 @@ def manifest(
     now: datetime | None = None,
 ) -> Manifest:
     """The core/v1 Event for ``event`` about the object ``involved`` (its metadata, apiVersion,
-    kind), in ``namespace`` (the object's, or the operator's for cluster-scoped ones)."""
+    kind), in ``namespace`` (the object's, or :data:`CLUSTER_SCOPED_NAMESPACE`)."""
     stamp = (now or datetime.now(UTC)).replace(microsecond=0).isoformat().replace("+00:00", "Z")
     meta = involved.get("metadata") or {}
     ref = {

@@ -6,19 +6,16 @@ error, never a skip.
   toggles add and remove the ServiceMonitor, the PrometheusRule and the CRDs; the schema
   rejects unknown values at every level; values.yaml is documented line by line;
 * the CRDs come from the repository's crds/ (files/crds is a symlink): a test fails on drift;
-* RBAC: the ClusterRole and Role are exactly ``shardmeter_operator.k8s.permissions``, and every API
-  call the operator (its Kube facade and kopf) makes in an emulated run is allowed by them;
+* RBAC: the ClusterRole and Roles are exactly ``shardmeter_operator.k8s.permissions`` (that the
+  operator needs each of them and no other, against a real kube-apiserver: tests/kube/test_rbac.py);
 * the rendered manifests apply to the emulated API server with the real kubectl.
 """
 
 from __future__ import annotations
 
-import asyncio
 import copy
-import gc
 import json
 import re
-import warnings
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -86,7 +83,6 @@ EXPECTED = {
     ("PodDisruptionBudget", FULLNAME),
 }
 NAMESPACED = {"operator": {"watchNamespaces": ["team-a", "team-b"]}}
-NAMESPACED_DEFAULT = {"operator": {"watchNamespaces": ["default"]}}
 ALL_ON = {
     "metrics": {"serviceMonitor": {"enabled": True}},
     "prometheusRule": {"enabled": True},
@@ -525,6 +521,7 @@ def test_cluster_role_and_roles_are_exactly_the_declared_permissions() -> None:
         "operator-namespace",
         "namespaced-mode",
         "multicluster",
+        "cluster-events",
     }
     # reading worker clusters' kubeconfigs: a Role in Kueue's namespace, only when asked
     assert not [d for d in DEFAULT if d["metadata"]["name"] == f"{FULLNAME}-multicluster"]
@@ -534,14 +531,24 @@ def test_cluster_role_and_roles_are_exactly_the_declared_permissions() -> None:
     _same(rules_of(role), declared("multicluster"))
     (binding,) = [d for d in multi if d["kind"] == "RoleBinding"]
     assert binding["roleRef"]["name"] == f"{FULLNAME}-multicluster"
-    # every namespace: the workload rules are cluster-wide
+    # every namespace: the workload rules are cluster-wide (Events in default included)
+    assert declared("cluster-events") <= declared("workload")
     _same(rules_of(one(DEFAULT, "ClusterRole")), declared("cluster", "workload"))
     _same(rules_of(one(DEFAULT, "Role")), declared("operator-namespace"))
     # watched namespaces: a Role in each (and in the release namespace), Namespaces listed
     docs = render(NAMESPACED)
     _same(rules_of(one(docs, "ClusterRole")), declared("cluster", "namespaced-mode"))
     _same(rules_of(one(docs, "Role", FULLNAME)), declared("operator-namespace"))
-    workload = [d for d in docs if d["kind"] == "Role" and d["metadata"]["name"] != FULLNAME]
+    # Events about GPUPools: kube-apiserver keeps them in default, a Role there
+    events = one(docs, "Role", f"{FULLNAME}-cluster-events")
+    assert events["metadata"]["namespace"] == "default"
+    _same(rules_of(events), declared("cluster-events"))
+    workload = [
+        d
+        for d in docs
+        if d["kind"] == "Role"
+        and d["metadata"]["name"] not in (FULLNAME, f"{FULLNAME}-cluster-events")
+    ]
     assert sorted(d["metadata"]["namespace"] for d in workload) == [NAMESPACE, "team-a", "team-b"]
     for role in workload:
         _same(rules_of(role), declared("workload"))
@@ -568,241 +575,9 @@ def test_the_bench_service_account_is_granted_nothing_by_the_chart() -> None:
 
 
 # ---- RBAC against the operator's real API calls ----------------------------------------------
-def _verb(method: str, name: str | None, params: dict[str, str]) -> str:
-    if method == "GET":
-        if params.get("watch") in ("true", "1"):
-            return "watch"
-        return "get" if name else "list"
-    if method == "DELETE":
-        return "delete" if name else "deletecollection"
-    return {"POST": "create", "PUT": "update", "PATCH": "patch"}[method]
-
-
-async def _operator_scenario(tmp_path: Path, namespaces: tuple[str, ...]) -> list[dict[str, Any]]:
-    """Every code path that calls the API: pools with priors (created and reset), a benchmark
-    (Role, RoleBinding, Service, Job, a failure, a retry), a launched plan (island Jobs and
-    Services), pods rejected, a relaunch (children listed and deleted), a plan queued in Kueue
-    as a JobSet (CRDs, LocalQueue and ResourceFlavor read, Workloads followed) and relaunched,
-    status patches and Events. Returns the operator's requests."""
-    from operator_support import (
-        LOCAL_QUEUE,
-        apply,
-        cluster_queue,
-        flavor,
-        manifest,
-        operator_cluster,
-        status_of,
-        variant,
-        with_flavor,
-    )
-
-    pool_a, pool_b, plan = (
-        manifest("gpupool-cluster-a.yaml"),
-        manifest("gpupool-cluster-b.yaml"),
-        manifest("trainingplan.yaml"),
-    )
-    broken = {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {"name": "shardmeter-coefficients-cluster-b", "namespace": NAMESPACE},
-        "data": {"coefficients.json": "{}"},
-    }
-    async with operator_cluster(
-        tmp_path, namespaces=namespaces, bench_service_account=BENCH_SA, jobset=True, kueue=True
-    ) as cluster:
-        await apply(cluster, broken)  # the operator resets it to priors (a ConfigMap patch)
-        await apply(cluster, variant(pool_a, benchmark={"enabled": True, "nodes": 1}), pool_b)
-        status = await status_of(
-            cluster, "gpupools", None, "cluster-a", lambda s: s.get("benchmarkPhase") == "Running"
-        )
-        cluster.set_job_failed(NAMESPACE, status["benchmarkJob"])
-        await status_of(
-            cluster,
-            "gpupools",
-            None,
-            "cluster-a",
-            lambda s: s.get("benchmarkAttempts") == 1 and s.get("benchmarkPhase") == "Running",
-        )
-        # one pool: torchtitan-FT needs equal local batches (a lighthouse Deployment too)
-        one_pool = {"launch": True, "pools": [{"name": "cluster-b"}], "workload": "Job"}
-        await apply(cluster, variant(plan, **one_pool))
-        launched = await status_of(
-            cluster,
-            "trainingplans",
-            "default",
-            plan["metadata"]["name"],
-            lambda s: s.get("phase") == "Launched",
-        )
-        cluster.reject_job_pods("default", launched["jobs"][0])
-        # an island runs: the operator lists its pods and reads rank 0's log
-        cluster.set_job_running("default", launched["jobs"][1])
-        pod = cluster.create_job_pod("default", launched["jobs"][1], 0)
-        cluster.set_pod_log("default", pod["metadata"]["name"], "[titan] starting\n")
-        await status_of(
-            cluster,
-            "trainingplans",
-            "default",
-            plan["metadata"]["name"],
-            lambda s: any((i.get("observed") or {}).get("reason") for i in s.get("islands") or []),
-        )
-        await apply(cluster, variant(plan, **one_pool, relaunch=1))
-        await status_of(
-            cluster,
-            "trainingplans",
-            "default",
-            plan["metadata"]["name"],
-            lambda s: (s.get("launch") or {}).get("relaunch") == 1 and s.get("phase") == "Launched",
-        )
-        # a second plan, queued in Kueue as a JobSet on the pool's flavor, admitted, relaunched
-        h200 = pool_a["spec"]["nodeSelector"]
-        queued = copy.deepcopy(plan)
-        queued["metadata"]["name"] = "queued"
-        queued["spec"].update(launch=True, pools=[{"name": "cluster-a"}], queueName="team-a")
-        await apply(cluster, flavor("h200", h200), cluster_queue(gpus=64), LOCAL_QUEUE)
-        await apply(cluster, with_flavor(pool_a, "h200"), queued)
-        admitted = {"type": "Admitted", "status": "True"}
-
-        def admitted_at(relaunch: int) -> Any:
-            return lambda s: (
-                (s.get("launch") or {}).get("relaunch") == relaunch
-                and any(admitted.items() <= c.items() for c in s.get("conditions", []))
-            )
-
-        await status_of(cluster, "trainingplans", "default", "queued", admitted_at(0))
-        queued["spec"]["relaunch"] = 1
-        await apply(cluster, queued)
-        await status_of(cluster, "trainingplans", "default", "queued", admitted_at(1))
-        # quiesce: with the benchmark off, the pool's poll timer stops patching before kopf exits
-        await apply(cluster, variant(pool_a, benchmark={"enabled": False}))
-        await status_of(
-            cluster, "gpupools", None, "cluster-a", lambda s: s.get("benchmarkPhase") == "Disabled"
-        )
-        calls = []
-        for request in cluster.requests():
-            agent = request.headers.get("User-Agent", "")
-            if (
-                request.resource is None
-                or request.resource.plural is None
-                or agent.startswith("kubectl")
-            ):
-                continue  # discovery (allowed to everyone), and the test's own kubectl
-            resource = request.resource.plural
-            if request.subresource:
-                resource += "/" + request.subresource
-            calls.append(
-                {
-                    "rule": (
-                        request.resource.group,
-                        resource,
-                        _verb(request.method.value, request.name, request.params),
-                    ),
-                    "namespace": request.namespace,
-                    "agent": agent,
-                    "data": request.data,
-                }
-            )
-        return calls
-
-
-MODES = {"all-namespaces": (None, ()), "namespaced": (NAMESPACED_DEFAULT, ("default", NAMESPACE))}
-
-
-@pytest.fixture(scope="module", params=sorted(MODES))
-def operator_calls(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> tuple[list[Doc], list[dict[str, Any]]]:
-    """(the chart rendered for the mode, the operator's API calls in that mode)."""
-    values, namespaces = MODES[request.param]
-    calls = asyncio.run(_operator_scenario(tmp_path_factory.mktemp("rbac"), namespaces))
-    # A kopf timer that fires while kopf shuts down can open an aiohttp session after kopf
-    # closed its sessions (a race in kopf, not in the operator): collect it here, quietly,
-    # instead of as an unraisable ResourceWarning in whichever test the GC happens to run.
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ResourceWarning)
-        gc.collect()
-    return render(values), calls
-
-
-def _grants(docs: list[Doc]) -> tuple[set[Rule], dict[str, set[Rule]]]:
-    """(ClusterRole rules, namespace → union of its Roles' rules)."""
-    roles: dict[str, set[Rule]] = {}
-    for role in (d for d in docs if d["kind"] == "Role"):
-        roles.setdefault(role["metadata"]["namespace"], set()).update(rules_of(role))
-    return rules_of(one(docs, "ClusterRole")), roles
-
-
-def _denied(docs: list[Doc], calls: list[dict[str, Any]]) -> set[tuple[Rule, str | None]]:
-    cluster, roles = _grants(docs)
-    return {
-        (c["rule"], c["namespace"])
-        for c in calls
-        if c["rule"] not in cluster and c["rule"] not in roles.get(c["namespace"] or "", set())
-    }
-
-
-def test_every_operator_api_call_is_allowed_by_the_chart(
-    operator_calls: tuple[list[Doc], list[dict[str, Any]]],
-) -> None:
-    docs, calls = operator_calls
-    agents = {c["agent"].split("/")[0] for c in calls}
-    assert {"kopf", "OpenAPI-Generator"} <= agents, agents  # kopf and the Kube facade
-    denied = _denied(docs, calls)
-    assert denied == set(), "\n".join(f"{rule} in {ns}" for rule, ns in sorted(denied, key=str))
-    used = {c["rule"] for c in calls}
-    # the scenario reached every kind of object the operator writes
-    for rule in [
-        ("", "configmaps", "create"),
-        ("", "configmaps", "patch"),
-        ("rbac.authorization.k8s.io", "roles", "create"),
-        ("rbac.authorization.k8s.io", "rolebindings", "create"),
-        ("batch", "jobs", "create"),
-        ("batch", "jobs", "get"),
-        ("", "services", "create"),
-        ("batch", "jobs", "list"),
-        ("batch", "jobs", "delete"),
-        ("", "services", "delete"),
-        ("", "events", "watch"),
-        ("", "events", "create"),
-        ("shardmeter.io", "trainingplans/status", "patch"),
-        ("shardmeter.io", "gpupools/status", "patch"),
-        ("apiextensions.k8s.io", "customresourcedefinitions", "get"),
-        ("jobset.x-k8s.io", "jobsets", "create"),
-        ("jobset.x-k8s.io", "jobsets", "list"),
-        ("jobset.x-k8s.io", "jobsets", "watch"),
-        ("jobset.x-k8s.io", "jobsets", "delete"),
-        ("kueue.x-k8s.io", "workloads", "list"),
-        ("kueue.x-k8s.io", "workloads", "watch"),
-        ("kueue.x-k8s.io", "localqueues", "get"),
-        ("kueue.x-k8s.io", "resourceflavors", "get"),
-        ("", "pods", "list"),
-        ("", "pods/log", "get"),
-    ]:
-        assert rule in used, rule
-
-
-def test_block_owner_deletion_is_allowed_by_the_chart(
-    operator_calls: tuple[list[Doc], list[dict[str, Any]]],
-) -> None:
-    docs, calls = operator_calls
-    plurals = {"GPUPool": "gpupools", "TrainingPlan": "trainingplans"}
-    needed = set()
-    for call in calls:
-        if call["rule"][2] != "create" or not isinstance(call["data"], dict):
-            continue
-        for ref in call["data"].get("metadata", {}).get("ownerReferences", []):
-            if ref.get("blockOwnerDeletion"):
-                group = ref["apiVersion"].rpartition("/")[0]
-                needed.add(
-                    ((group, f"{plurals[ref['kind']]}/finalizers", "update"), call["namespace"])
-                )
-    assert needed
-    cluster, roles = _grants(docs)
-    missing = {
-        (rule, ns)
-        for rule, ns in needed
-        if rule not in cluster and rule not in roles.get(ns, set())
-    }
-    assert missing == set(), sorted(missing, key=str)
+# That the operator's real API calls need every permission of the chart and no other — with
+# the RBAC authorizer and OwnerReferencesPermissionEnforcement deciding — is
+# tests/kube/test_rbac.py's, against a real kube-apiserver in both modes.
 
 
 # ---- the rendered manifests on the emulated API server ----------------------------------------

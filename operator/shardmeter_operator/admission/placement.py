@@ -99,6 +99,12 @@ def _island_template(jobset: Manifest) -> Manifest:
             "island shape"
         )
     template = copy.deepcopy(replicated[0].get("template") or {})
+    # JobSet's own defaulting webhook may have run before ours (kube-apiserver calls the
+    # mutating webhooks one after the other, JobSet's configuration first where its name sorts
+    # first): it sets completionMode Indexed, which is what the islands get anyway
+    spec = template.get("spec")
+    if isinstance(spec, dict) and spec.get("completionMode") == "Indexed":
+        del spec["completionMode"]
     return template
 
 

@@ -145,8 +145,9 @@ def crd(
     short: list[str],
 ) -> dict[str, Any]:
     spec_schema = openapi_schema(spec)
+    # pruned as any structural schema is: kube-apiserver refuses an explicit
+    # ``x-kubernetes-preserve-unknown-fields: false`` ("must be true or undefined")
     status_schema = openapi_schema(status)
-    status_schema["x-kubernetes-preserve-unknown-fields"] = False
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",

@@ -13,7 +13,10 @@ Scopes:
 * ``namespaced-mode`` — a ClusterRole only with ``operator.watchNamespaces`` (kopf lists and
   watches Namespaces to serve a fixed set of them);
 * ``multicluster`` — a Role in Kueue's namespace, only with
-  ``operator.multiCluster.readWorkerKubeconfigs``.
+  ``operator.multiCluster.readWorkerKubeconfigs``;
+* ``cluster-events`` — where the Events about cluster-scoped objects (GPUPools) must go, the
+  ``default`` namespace: a Role there with ``operator.watchNamespaces`` (the workload
+  ClusterRole covers it otherwise).
 """
 
 from __future__ import annotations
@@ -27,8 +30,8 @@ class Permission:
     resource: str
     verbs: tuple[str, ...]
     scope: str
-    """"cluster" | "workload" | "operator-namespace" | "namespaced-mode" | "multicluster"
-    (module docstring)."""
+    """"cluster" | "workload" | "operator-namespace" | "namespaced-mode" | "multicluster" |
+    "cluster-events" (module docstring)."""
     why: str
 
 
@@ -41,7 +44,13 @@ PERMISSIONS: tuple[Permission, ...] = (
         "cluster",
         "the operator watches GPUPools (patch: kopf removes finalizers left by v0.1)",
     ),
-    Permission("shardmeter.io", "gpupools/status", ("get", "patch"), "cluster", "GPUPool status"),
+    Permission(
+        "shardmeter.io",
+        "gpupools/status",
+        ("patch",),
+        "cluster",
+        "GPUPool status (written with a merge patch, never read through the subresource)",
+    ),
     Permission(
         "shardmeter.io",
         "gpupools/finalizers",
@@ -140,9 +149,9 @@ PERMISSIONS: tuple[Permission, ...] = (
     Permission(
         "shardmeter.io",
         "trainingplans/status",
-        ("get", "patch"),
+        ("patch",),
         "workload",
-        "TrainingPlan status",
+        "TrainingPlan status (written with a merge patch, never read through the subresource)",
     ),
     Permission(
         "shardmeter.io",
@@ -250,13 +259,29 @@ PERMISSIONS: tuple[Permission, ...] = (
     Permission(
         "events.k8s.io", "events", ("create",), "workload", "kopf posts Events (events.k8s.io)"
     ),
+    # Events about GPUPools: kube-apiserver keeps those about cluster-scoped objects in default
+    Permission(
+        "",
+        "events",
+        ("create",),
+        "cluster-events",
+        "Events on GPUPools, which kube-apiserver accepts only in the default namespace",
+    ),
+    Permission(
+        "events.k8s.io",
+        "events",
+        ("create",),
+        "cluster-events",
+        "kopf's Events on GPUPools (the default namespace too)",
+    ),
     # the operator namespace: coefficients and the benchmark's narrow Role
     Permission(
         "",
         "configmaps",
-        ("get", "list", "watch", "create", "patch"),
+        ("get", "watch", "create", "patch"),
         "operator-namespace",
-        "the coefficients ConfigMap of every GPUPool, watched for edits",
+        "the coefficients ConfigMap of every GPUPool, watched for edits (a watch without a "
+        "list: the first events are the ConfigMaps there)",
     ),
     Permission(
         "rbac.authorization.k8s.io",

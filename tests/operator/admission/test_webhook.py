@@ -6,7 +6,6 @@ creating annotated JobSets in an opted-in namespace and reading the mutated obje
 from __future__ import annotations
 
 import asyncio
-import base64
 import copy
 import json
 import logging
@@ -430,61 +429,6 @@ async def test_a_trainjob_gets_a_runtime_patch_and_its_trainer_shape(tmp_path: P
         assert done.returncode != 0 and "shardmeter.io/max-islands" in done.stderr
         done = await create(cluster, trainjob("diloco", **{"shardmeter.io/strategy": "diloco"}))
         assert done.returncode != 0 and "shardmeter.io/strategy" in done.stderr
-
-
-async def test_the_self_signed_path_serves_a_certificate_the_api_server_verifies(
-    tmp_path: Path,
-) -> None:
-    """No certificate files (no cert-manager): the operator's kopf WebhookServer makes a
-    self-signed certificate, injects it as caBundle in the chart's webhook configurations,
-    and the API server verifies the webhook against that CA over HTTPS; another CA fails."""
-    from cryptography import x509
-
-    port = free_port()
-    cm = operator_cluster(
-        tmp_path, jobset=True, admission_port=port, admission_inject_ca="shardmeter"
-    )
-    async with cm as cluster:
-        admission = await setup(cluster, port, "")
-        kinds = ("mutatingwebhookconfigurations", "validatingwebhookconfigurations")
-
-        def bundles() -> set[str]:
-            return {
-                h["clientConfig"].get("caBundle", "")
-                for kind in kinds
-                for h in (cluster.get(kind, None, "shardmeter") or {}).get("webhooks", [{}])
-            }
-
-        (ca,) = await cluster.wait_for(lambda: (b := bundles()) and "" not in b and b)
-        cert = x509.load_pem_x509_certificate(base64.b64decode(ca))
-        sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-        assert [str(ip) for ip in sans.get_values_for_type(x509.IPAddress)] == ["127.0.0.1"]
-        assert cert.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
-        # the certificate the server presents is that CA
-        served = await asyncio.to_thread(ssl.get_server_certificate, ("127.0.0.1", port))
-        assert x509.load_pem_x509_certificate(served.encode()) == cert
-
-        done = await create(cluster, jobset("llama"))
-        assert done.returncode == 0, done.stderr
-        stored = cluster.get("jobsets", NS, "llama")
-        assert stored is not None and stored["metadata"]["annotations"][PLACED_ANNOTATION]
-        assert [r.webhook for r in admission.reviews] == [
-            "place-jobset.shardmeter.io",
-            "check-jobset.shardmeter.io",
-        ]
-
-        # verification is real: with another CA in the configuration the call fails (Fail)
-        other, _ = self_signed_certificate(tmp_path / "other", ["127.0.0.1"])
-        for kind in kinds:
-            config = cluster.get(kind, None, "shardmeter")
-            assert config is not None
-            for hook in config["webhooks"]:
-                hook["clientConfig"]["caBundle"] = ca_bundle(other)
-            await cluster.kubectl("replace", "-f", "-", input=json.dumps(config))
-        done = await create(cluster, jobset("unverified"))
-        assert done.returncode != 0 and "failed calling webhook" in done.stderr
-        assert "certificate verify failed" in admission.reviews[-1].error
-        assert cluster.get("jobsets", NS, "unverified") is None
 
 
 async def test_the_self_signed_certificate_names_the_service_and_loads_with_its_password(

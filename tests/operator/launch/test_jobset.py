@@ -180,45 +180,6 @@ async def test_plain_jobs_when_asked_and_a_relaunch_replaces_the_jobset(tmp_path
         )
 
 
-async def test_an_island_restarts_alone_where_jobsets_webhook_accepts_restartjob(
-    tmp_path: Path,
-) -> None:
-    # JobSet v0.12 with its alpha RestartJob gate on: every island its own replicated Job and
-    # a RestartJob rule; a failed island's Job is recreated, the others are left running
-    async with operator_cluster(
-        tmp_path, jobset=True, jobset_feature_gates={"RestartJob": True}
-    ) as cluster:
-        await apply(cluster, POOL, variant(PLAN, **ONE_POOL, maxRestarts=2))
-        status = await status_of(cluster, "trainingplans", NS, NAME, phase("Launched"))
-        assert status["launch"]["restart"] == "Island"
-        (js,) = cluster.list("jobsets", NS)
-        n = status["islandCount"]
-        assert [r["name"] for r in js["spec"]["replicatedJobs"]] == [f"i{k}" for k in range(n)]
-        assert js["spec"]["failurePolicy"]["rules"] == [
-            {"name": "restartTheIslandAlone", "action": "RestartJob"}
-        ]
-        assert "a failed island restarts alone" in condition(status, "Launched")["message"]
-        await cluster.wait_for(lambda: len(cluster.list("jobs", NS)) == n)
-        names = [i["name"] for i in status["islands"]]
-        uids = {j["metadata"]["name"]: j["metadata"]["uid"] for j in cluster.list("jobs", NS)}
-        for name in names:
-            cluster.set_job_running(NS, name)
-        cluster.set_job_failed(NS, names[0])
-        status = await status_of(
-            cluster, "trainingplans", NS, NAME, lambda s: (s.get("restarts") or 0) >= 1
-        )
-
-        def current() -> dict[str, str]:
-            return {j["metadata"]["name"]: j["metadata"]["uid"] for j in cluster.list("jobs", NS)}
-
-        # JobSet counts the restart, deletes the failed island's Job, then creates it again
-        await cluster.wait_for(lambda: current().get(names[0]) not in (None, uids[names[0]]))
-        now = current()
-        assert now[names[0]] != uids[names[0]]  # recreated
-        assert all(now[n_] == uids[n_] for n_ in names[1:])  # the others untouched
-        assert status["phase"] != "Failed"
-
-
 async def test_restart_island_where_the_gate_is_off_names_it(tmp_path: Path) -> None:
     async with operator_cluster(tmp_path, jobset=True) as cluster:  # v0.12 defaults: gate off
         await apply(cluster, POOL, variant(PLAN, **ONE_POOL, maxRestarts=1, restart="Island"))

@@ -1,9 +1,8 @@
 """Plans queued in Kueue, against the emulated API server with the simulated JobSet and Kueue
-(``support/jobset.py``, ``support/kueue.py``): an unknown queue is ``Valid=False`` and creates
-nothing; a queued JobSet waits suspended (``QuotaReserved=False`` with Kueue's reason, islands
-``Queued``) until the quota fits all of its islands, which then start together; an eviction
-suspends them again; a pool's ResourceFlavor pins its islands' flavor, and one Kueue could never
-assign is refused; plain Jobs are admitted one by one."""
+(``support/jobset.py``, ``support/kueue.py``): a pool's ResourceFlavor pins its islands' flavor,
+and one Kueue could never assign is refused; a queue without Kueue is invalid; the examples
+queue and are admitted. Quota, gang admission, eviction and plain Jobs admitted one by one run
+against the real Kueue: tests/kube/test_kueue.py."""
 
 from __future__ import annotations
 
@@ -24,7 +23,6 @@ from operator_support import (
     variant,
     with_flavor,
 )
-from support.kueue import WORKLOADS, Kueue
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(120)]
 POOL = manifest("gpupool-cluster-a.yaml")
@@ -44,85 +42,6 @@ def is_(type_: str, value: str, reason: str | None = None) -> Any:
         return c is not None and c["status"] == value and reason in (None, c["reason"])
 
     return check
-
-
-async def test_a_queued_jobset_starts_all_islands_once_kueue_admits_it(tmp_path: Path) -> None:
-    async with operator_cluster(tmp_path, jobset=True, kueue=True) as cluster:
-        await apply(cluster, POOL, variant(PLAN, **QUEUED))
-        status = await status_of(cluster, "trainingplans", NS, NAME, phase("Invalid"))
-        valid = condition(status, "Valid")
-        assert (valid["status"], valid["reason"]) == ("False", "QueueNotFound")
-        assert valid["message"] == (
-            f"spec.queueName: names LocalQueue {QUEUE}, which does not exist in namespace {NS}: "
-            f"create it (kubectl get localqueues -n {NS}) or fix the name"
-        )
-        assert cluster.list("jobsets", NS) == [] and cluster.list("deployments", NS) == []
-
-        # the queue appears, with room for half the plan: launched, suspended, queued
-        await apply(cluster, flavor("h200", H200), cluster_queue(gpus=32), LOCAL_QUEUE)
-        status = await status_of(
-            cluster, "trainingplans", NS, NAME, is_("QuotaReserved", "False", "Pending")
-        )
-        assert status["phase"] == "Launched" and status["launch"]["queueName"] == QUEUE
-        quota = condition(status, "QuotaReserved")["message"]
-        assert quota == (
-            "couldn't assign flavors to pod set g0: insufficient quota for nvidia.com/gpu in "
-            "flavor h200, request > maximum capacity (64 > 32)"
-        )
-        assert condition(status, "Admitted")["status"] == "False"
-        assert {(i["state"], i["reason"]) for i in status["islands"]} == {("pending", "Queued")}
-        assert status["islands"][0]["message"] == quota
-        (js,) = cluster.list("jobsets", NS)
-        assert (
-            js["spec"]["suspend"] is True
-            and js["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == QUEUE
-        )
-        (wl,) = cluster.list("workloads", NS)  # one Workload for every island: gang admission
-        assert [(p["name"], p["count"]) for p in wl["spec"]["podSets"]] == [("g0", 8)]
-        assert all(j["spec"]["suspend"] for j in cluster.list("jobs", NS))  # nothing runs
-
-        # quota for all 8 islands × 8 GPUs: admitted together, unsuspended on the flavor's nodes
-        await apply(cluster, cluster_queue(gpus=64))
-        status = await status_of(cluster, "trainingplans", NS, NAME, is_("Admitted", "True"))
-        assert condition(status, "QuotaReserved")["message"] == (
-            "1 Workload(s) in ClusterQueue gpus; flavors: g0 → h200"
-        )
-        admitted = await cluster.wait_for(
-            lambda: [e for e in cluster.list("events", NS) if e.get("reason") == "Admitted"]
-        )
-        assert admitted[0]["involvedObject"]["kind"] == "TrainingPlan"
-        await cluster.wait_for(
-            lambda: (
-                (jobs := cluster.list("jobs", NS))
-                and len(jobs) == status["islandCount"]
-                and not any(j["spec"]["suspend"] for j in jobs)
-            )
-        )
-        jobs = cluster.list("jobs", NS)
-        assert len(jobs) == status["islandCount"]
-        for job in jobs:
-            assert job["spec"]["template"]["spec"]["nodeSelector"] == H200
-            cluster.set_job_running(NS, job["metadata"]["name"])
-        status = await status_of(cluster, "trainingplans", NS, NAME, phase("Running"))
-
-        # preempted: every island is suspended again and the plan says why
-        await apply(cluster, cluster_queue(gpus=32))
-        Kueue(cluster.emulator).evict(NS, wl["metadata"]["name"])
-        status = await status_of(cluster, "trainingplans", NS, NAME, is_("Admitted", "False"))
-        assert condition(status, "Admitted")["reason"] == "NoReservation"
-        await status_of(
-            cluster,
-            "trainingplans",
-            NS,
-            NAME,
-            lambda s: (
-                {i["reason"] for i in s["islands"]} == {"Queued"} and s["phase"] == "Launched"
-            ),
-        )
-        warnings = await cluster.wait_for(
-            lambda: [e for e in cluster.list("events", NS) if e.get("reason") == "NoReservation"]
-        )
-        assert warnings[0]["type"] == "Warning"
 
 
 async def test_a_pools_flavor_pins_its_islands_or_is_refused(tmp_path: Path) -> None:
@@ -175,30 +94,6 @@ async def test_a_pools_flavor_pins_its_islands_or_is_refused(tmp_path: Path) -> 
         assert warning["message"].startswith(
             "replicated Job g0 (pool cluster-a) was admitted on flavor spot, not the pool's h200"
         )
-
-
-async def test_plain_jobs_are_admitted_one_by_one(tmp_path: Path) -> None:
-    async with operator_cluster(tmp_path, kueue=True) as cluster:  # no JobSet: workload Job
-        await apply(cluster, flavor("h200", H200), cluster_queue(gpus=24), LOCAL_QUEUE)
-        await apply(cluster, POOL, variant(PLAN, **QUEUED))
-        status = await status_of(
-            cluster, "trainingplans", NS, NAME, is_("QuotaReserved", "False", "Pending")
-        )
-        assert status["launch"]["workload"] == "Job"
-        # Kueue admits each Job on its own: 3 of the 8 islands fit, and start
-        assert condition(status, "QuotaReserved")["message"].startswith("3/8 island Jobs; Job ")
-        workloads = cluster.list("workloads", NS)
-        assert len(workloads) == 8 and {len(w["spec"]["podSets"]) for w in workloads} == {1}
-        admitted = [w for w in workloads if (w.get("status") or {}).get("admission")]
-        assert len(admitted) == 3
-        jobs = {j["metadata"]["name"]: j for j in cluster.list("jobs", NS)}
-        assert sum(not j["spec"]["suspend"] for j in jobs.values()) == 3
-        assert all(
-            j["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == QUEUE for j in jobs.values()
-        )
-        queued = [i for i in status["islands"] if i["reason"] == "Queued"]
-        assert len(queued) == 5 and "insufficient unused quota" in queued[0]["message"]
-        assert cluster.emulator.select(WORKLOADS, NS)  # read through the resource, too
 
 
 async def test_a_queue_without_kueue_is_invalid(tmp_path: Path) -> None:

@@ -151,7 +151,21 @@ def _label_errors(labels: Any, where: str) -> list[str]:
     return errors
 
 
+def _event_errors(obj: Mapping[str, Any]) -> list[str]:
+    """core/v1 ``ValidateEventCreate``: an Event lives in its involved object's namespace, or
+    in ``default`` when that object is cluster-scoped."""
+    namespace = (obj.get("metadata") or {}).get("namespace") or ""
+    involved = (obj.get("involvedObject") or {}).get("namespace") or ""
+    if (not involved and namespace not in ("", "default")) or (involved and namespace != involved):
+        return [
+            f"involvedObject.namespace: Invalid value: {involved!r}: does not match event.namespace"
+        ]
+    return []
+
+
 def _kind_errors(kind: str, obj: Mapping[str, Any]) -> list[str]:
+    if kind == "Event" and obj.get("apiVersion") == "v1":
+        return _event_errors(obj)
     if kind != "Job" or obj.get("apiVersion") != "batch/v1":
         return []
     name = str((obj.get("metadata") or {}).get("name") or "")

@@ -436,6 +436,15 @@ class KubeEmulator(
                         400, "BadRequest", "strict decoding error: " + "; ".join(unknown)
                     )
             errors += builtins.schema_errors(obj, strict=False)
+            mistyped = [e for e in errors if "is not of type" in e]
+            if mistyped:  # kube-apiserver cannot decode it into its Go types: 400, not 422
+                kind, version = obj.get("kind"), str(obj.get("apiVersion")).rpartition("/")[2]
+                raise api_error(
+                    400,
+                    "BadRequest",
+                    f'{kind} in version "{version}" cannot be handled as a {kind}: '
+                    + "; ".join(mistyped),
+                )
         if errors:
             what = f"{obj.get('kind')}.{resource.group}" if resource.group else str(obj.get("kind"))
             shown = errors[0] if len(errors) == 1 else "[" + ", ".join(errors) + "]"

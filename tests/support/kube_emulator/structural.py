@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -36,6 +37,23 @@ def structural_problems(schema: Mapping[str, Any], path: str = "") -> list[str]:
     return problems
 
 
+def _undefined_fields(node: Mapping[str, Any], rule: str) -> list[str]:
+    """The fields ``self.<field>`` of a rule that CEL cannot see: kube-apiserver declares CEL
+    types only for typed properties (and int-or-string ones), so a schemaless property — or one
+    the schema lacks — fails the rule's compilation as an "undefined field"."""
+    properties = node.get("properties")
+    if not isinstance(properties, Mapping):
+        return []
+    out = []
+    for field in dict.fromkeys(re.findall(r"\bself\.([A-Za-z_][A-Za-z0-9_]*)", rule)):
+        prop = properties.get(field)
+        if not isinstance(prop, Mapping) or not (
+            prop.get("type") or prop.get("x-kubernetes-int-or-string")
+        ):
+            out.append(field)
+    return out
+
+
 def _check(node: Any, where: str, problems: list[str], *, root: bool = False) -> None:
     if not isinstance(node, Mapping):
         problems.append(f"{where}: must be a schema object")
@@ -52,6 +70,11 @@ def _check(node: Any, where: str, problems: list[str], *, root: bool = False) ->
         problems.append(f"{where}.uniqueItems: Forbidden: uniqueItems cannot be set to true")
     if node.get("additionalProperties") is False:
         problems.append(f"{where}.additionalProperties: Forbidden: must not be false")
+    if node.get("x-kubernetes-preserve-unknown-fields") is False:  # what kube-apiserver says
+        problems.append(
+            f"{where}.x-kubernetes-preserve-unknown-fields: Invalid value: false: "
+            "must be true or undefined"
+        )
     if "additionalProperties" in node and "properties" in node:
         problems.append(f"{where}.additionalProperties: Forbidden: properties is set")
     if root and node.get("type") != "object":
@@ -72,6 +95,11 @@ def _check(node: Any, where: str, problems: list[str], *, root: bool = False) ->
             _program(rule["rule"])
         except Exception as exc:  # a CEL syntax error
             problems.append(f"{where}.x-kubernetes-validations[{i}].rule: Invalid value: {exc}")
+        for field in _undefined_fields(node, rule["rule"]):
+            problems.append(
+                f"{where}.x-kubernetes-validations[{i}].rule: Invalid value: compilation "
+                f"failed: undefined field '{field}'"
+            )
     if "default" in node and node.get("type") and not node.get("nullable"):
         try:
             jsonschema.validate(node["default"], to_jsonschema(node))

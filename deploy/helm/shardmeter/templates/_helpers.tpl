@@ -70,7 +70,7 @@ app.kubernetes.io/component: operator
     verbs: ["get", "list", "watch", "patch", "create"]
   - apiGroups: ["shardmeter.io"]
     resources: ["trainingplans/status"]
-    verbs: ["get", "patch"]
+    verbs: ["patch"]
   - apiGroups: ["shardmeter.io"]
     resources: ["trainingplans/finalizers"]
     verbs: ["update"]
