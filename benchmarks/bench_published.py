@@ -111,6 +111,18 @@ def _no_host_overhead() -> Iterator[None]:
         yield
 
 
+@contextmanager
+def _attention_at_head_dim_128() -> Iterator[None]:
+    with mock.patch("shardmeter.cost.attention.head_dim_ratio", lambda *_a: (1.0, 1.0)):
+        yield
+
+
+@contextmanager
+def _attention_at_every_length() -> Iterator[None]:
+    with mock.patch("shardmeter.cost.attention.sequence_ratio", lambda *_a: 1.0):
+        yield
+
+
 Ablation = tuple[str, Callable[[Mapping[str, Any]], dict[str, Any]], Callable[[], Any]]
 ABLATIONS: list[Ablation] = [
     (
@@ -125,6 +137,8 @@ ABLATIONS: list[Ablation] = [
     ("loss outside compile", lambda p: {**p, "torch_compile_loss": True}, _no_patch),
     ("attention kernel as run", lambda p: {**p, "attention_kernel": "flash2"}, _no_patch),
     ("host overhead", dict, _no_host_overhead),
+    ("attention head-dim law", dict, _attention_at_head_dim_128),
+    ("attention sequence ramp", dict, _attention_at_every_length),
 ]
 """(name, point rewrite that turns the mechanism off, context that turns it off in code)."""
 

@@ -42,7 +42,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from shardmeter.cost.attention import relative_speed
+from shardmeter.cost.attention import prior_shape, relative_speed
 from shardmeter.cost.coefficients import CoefficientsDocument, CollectiveFit, LinkRole, Source
 from shardmeter.cost.collectives import Topology, replica_all_reduce_seconds, ring_seconds
 from shardmeter.cost.elementwise import block_bytes, float8_cast_bytes, head_bytes
@@ -150,9 +150,20 @@ class CostModel:
             if coefficients.source is Source.PRIOR
             else coefficients.attention_kernel
         )
-        self.attention_speed = relative_speed(training.attention_kernel, timed_with, self.gpu)
+        self.attention_speed = relative_speed(
+            training.attention_kernel, timed_with, self.gpu, model.head_width
+        )
         """(forward, backward) speed of the job's attention kernel against the one the
         coefficients' attention rate stands for (`shardmeter.cost.attention`)."""
+        flash = coefficients.source is Source.PRIOR and base is not Precision.FP32
+        self.attention_shape = (
+            prior_shape(self.gpu, model.head_width, training.seq_len_tokens)
+            if flash
+            else (1.0, 1.0)
+        )
+        """(forward, backward) FlashAttention-2's rate at the model's head dim and length ÷
+        the prior's (head dim 128, the GPU's reference length); 1 for measured coefficients
+        and FP32 (no flash kernel)."""
         self.host: HostSeconds | None = (
             unit_host_seconds(
                 model,
@@ -239,8 +250,9 @@ class CostModel:
             cast_bytes = cast.forward if target is Target.BLOCK_FORWARD else cast.backward
             bw = g.hbm_bandwidth_bytes_per_s * g.memory_efficiency
             parts["float8_cast"] = tokens * cast_bytes / bw
-        fwd_speed, bwd_speed = self.attention_speed
-        speed = fwd_speed if target is Target.BLOCK_FORWARD else bwd_speed
+        (fwd_speed, bwd_speed), (fwd_shape, bwd_shape) = self.attention_speed, self.attention_shape
+        forward = target is Target.BLOCK_FORWARD
+        speed = fwd_speed * fwd_shape if forward else bwd_speed * bwd_shape
         rate = {f: clock for f in MATMUL_FEATURES} | {f: clock * speed for f in ATTENTION_FEATURES}
         return {f: v / rate.get(f, 1.0) for f, v in parts.items()}
 

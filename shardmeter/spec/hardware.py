@@ -148,6 +148,10 @@ class GPUSpec(SpecModel):
     128, counting the FLOPs it executes)."""
     attention_backward_efficiency: float = Field(default=0.30, gt=0, le=1)
     """The same for the flash-attention backward kernel."""
+    attention_reference_seq_len_tokens: int | None = Field(default=None, ge=1, le=1_048_576)
+    """Sequence length the attention efficiencies were measured at; other lengths then follow
+    the kernels' ramp S/(S + 400) (`shardmeter.cost.attention`). Unset: one rate at every
+    length."""
     cudnn_attention_speed: float = Field(default=1.0, gt=0, le=10)
     """cuDNN's fused attention (SDPA's cuDNN backend, which torchtitan 0.3.0 runs first)
     relative to FlashAttention-2 on this GPU, forward and backward (``attentionKernel:
@@ -314,13 +318,16 @@ def mamf_duty_cycle(
 #   block mask) ÷ FlashAttention-2. H100/H200: the same H200 measurement, head dim 128:
 #   1.08-1.20 forward (median 1.18), 1.23-1.29 backward (1.28) — 0.60-0.64 / 0.68-0.78 of
 #   cuDNN's; Inductor's Triton template issues Hopper's wgmma, FlashAttention-2 does not. At
-#   head dim 64 it measured 0.93 / 0.94 of FlashAttention-2 (0.65 / 0.57 of cuDNN's), at
-#   4k tokens — not modelled, as no kernel's head-dim dependence is (the presets' rates are
-#   head dim 128). A100: "FlexAttention achieves 90% of FlashAttention2's performance in the
-#   forward pass and 85% in the backward pass" (PyTorch blog "FlexAttention: The
-#   Flexibility of PyTorch with the Performance of FlashAttention", 2024-08-07, causal, A100).
+#   head dim 64 it measured 0.93 / 0.94 of FlashAttention-2 (0.65 / 0.57 of cuDNN's): each
+#   kernel's head-dim law is in `shardmeter.cost.attention`. A100: "FlexAttention achieves
+#   90% of FlashAttention2's performance in the forward pass and 85% in the backward pass"
+#   (PyTorch blog "FlexAttention: The Flexibility of PyTorch with the Performance of
+#   FlashAttention", 2024-08-07, causal, A100).
 #   L40S: no measurement; Ada has no wgmma either, so both kernels issue the same mma.sync
 #   instructions as on the A100: the A100 ratios.
+# * attention_reference_seq_len_tokens: the length the attention figures stand for. H100/H200
+#   (and the L40S, which takes them): the FA3 paper's 2k-8k, 4096. A100: none (a range over
+#   the FA2 paper's 512-16k sweep).
 # * memory_efficiency: element-wise PyTorch kernels stream at about 85 % of HBM peak
 #   (vectorised loads; STREAM-style copies on A100/H100 reach 85–90 %).
 # * matmul_efficiency_duty_cycle: the tensor-core share of the MAMF finder's timing loop at the
@@ -381,6 +388,7 @@ GPU_PRESETS: dict[str, GPUSpec] = {
         ),
         attention_efficiency=0.32,
         attention_backward_efficiency=0.30,
+        attention_reference_seq_len_tokens=4096,
         cudnn_attention_speed=1.6,
         flex_attention_speed=FLEX_HOPPER[0],
         flex_attention_backward_speed=FLEX_HOPPER[1],
@@ -409,6 +417,7 @@ GPU_PRESETS: dict[str, GPUSpec] = {
         ),
         attention_efficiency=0.32,
         attention_backward_efficiency=0.30,
+        attention_reference_seq_len_tokens=4096,
         cudnn_attention_speed=1.8,
         flex_attention_speed=FLEX_HOPPER[0],
         flex_attention_backward_speed=FLEX_HOPPER[1],
@@ -435,6 +444,7 @@ GPU_PRESETS: dict[str, GPUSpec] = {
         matmul_efficiency_duty_cycle=mamf_duty_cycle(2048, 5120, 6144, 0.75 * 362.05e12, 864e9),
         attention_efficiency=0.32,
         attention_backward_efficiency=0.30,
+        attention_reference_seq_len_tokens=4096,
         cudnn_attention_speed=1.0,
         flex_attention_speed=0.90,
         flex_attention_backward_speed=0.85,
