@@ -345,18 +345,20 @@ class DescendantBounds:
         n = len(opts)
         out = np.full(n, math.inf)
         found = np.zeros(n, dtype=bool)
-        for m in range(1, self.kmax + 1):
-            total = islands + m
-            for k_total in np.unique(total[(~found) & (m <= left)]):
-                theta_k = ev.step_that_matters(ranked_s, int(k_total))
-                maxcell, ms = tb.capacities(theta_k)
-                within = np.flatnonzero(node.state <= theta_k)
-                have = int(within.max()) if len(within) else 0
-                sel = np.flatnonzero((total == k_total) & ~found & (m <= left))
-                reach = have + t.islands[opts[sel]] * maxcell[t.row[opts[sel]]]
-                ok = sel[reach + ms[suffix[sel], m] >= lo]
-                out[ok] = ev.quality.least_factor(np.full(len(ok), k_total), t_lb[ok])
-                found[ok] = True
+        rows = t.row[opts]
+        # K islands in all, fewest first: each child's first K is its fewest more islands
+        for k_total in range(int(islands.min(initial=self.kmax)) + 1, self.kmax + 1):
+            sel = np.flatnonzero(~found & (islands < k_total))
+            if not len(sel):
+                continue
+            theta_k = ev.step_that_matters(ranked_s, k_total)
+            maxcell, ms = tb.capacities(theta_k)
+            within = np.flatnonzero(node.state <= theta_k)
+            have = int(within.max()) if len(within) else 0
+            reach = have + t.islands[opts[sel]] * maxcell[rows[sel]]
+            ok = sel[reach + ms[suffix[sel], k_total - islands[sel]] >= lo]
+            out[ok] = ev.quality.least_factor(np.full(len(ok), k_total), t_lb[ok])
+            found[ok] = True
             if found.all():
                 break
         return out
