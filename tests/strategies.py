@@ -102,6 +102,11 @@ def tiny_plans(draw: st.DrawFn) -> dict[str, Any]:
     strategy["maxFragmentSyncDelayFraction"] = rnd.choice([0.0, 0.05, 0.2, 1.0])
     if rnd.random() < 0.3:
         strategy |= {"beyondMeasuredIslands": "cap", "maxMeasuredIslands": rnd.randint(1, 3)}
+    # pinned settings (the search's quality bounds take each H's least τ), drawn after the rest
+    if kind == "streaming-diloco" and rnd.random() < 0.2:
+        strategy["fragmentSyncDelay"] = rnd.choice([0, 1, 2])
+    if kind != "fsdp" and "fragments" not in strategy and rnd.random() < 0.15:
+        strategy["syncEvery"] = rnd.choice([4, 10, 20])
     return {
         "model": {
             "name": "tiny",

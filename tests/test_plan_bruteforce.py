@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -243,6 +244,37 @@ def test_a_refused_budget_names_the_brute_forces_fastest_or_cheapest_plan(
         with pytest.raises(InfeasibleError) as refused:
             search(spec, force_mode=mode)
         assert figure in str(refused.value), (mode, str(refused.value))
+
+
+@settings(max_examples=60, deadline=None, derandomize=True, database=None)
+@given(tiny_plans())
+def test_the_least_factor_branch_and_bound_prunes_with_holds_for_every_plan(
+    raw: dict[str, Any],
+) -> None:
+    """Branch and bound bounds a subtree's ranked figures with the least equivalent-token
+    factor of its island count at its least inner step (`QualityTable.least_factor`: each
+    syncEvery's least fragmentSyncDelay — at least one overlapped step for Streaming DiLoCo
+    once the step hides the outer all_reduce); no plan of the brute force, whose settings the
+    scalar rule picks, has a smaller factor."""
+    spec = PlanSpec.model_validate(raw)
+    every = [r for r in brute_force(spec) if r.islands >= 2]
+    if not every:
+        return
+    out = search(spec, force_mode="exhaustive")
+    quality = out.evaluator.quality
+    for r in every:
+        least = float(quality.least_factor(np.array([r.islands]), r.step_s)[0])
+        assert r.factor >= least * (1 - 1e-12), (r.layout, r.step_s, quality.hidden_above_s)
+    # the settings behind it (`OuterModel.delay_floors`): each H's least τ, and every plan
+    # whose inner step exceeds hidden_above_s hides its all_reduce
+    floors, ev = quality.floors, out.evaluated
+    for i in np.flatnonzero(ev.islands >= 2):
+        h, tau = int(ev.sync_every[i]), int(ev.fragment_sync_delay[i])
+        assert tau >= floors.any_plan[h]
+        if ev.step_s[i] > floors.hidden_above_s:
+            assert ev.zero_blocking[i], (i, ev.step_s[i], floors)
+        if ev.zero_blocking[i]:
+            assert tau >= floors.hidden[h]
 
 
 @settings(max_examples=40, deadline=None, derandomize=True, database=None)

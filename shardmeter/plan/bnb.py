@@ -178,11 +178,7 @@ class TreeSearch:
             self._update_best(part)
         if self.frontier is not None:
             self._update_best(self.frontier)
-        cap = (
-            goal.time_cap_s / (self.evaluator.steps * self.evaluator.least_rank_factor)
-            if math.isfinite(goal.time_cap_s)
-            else math.inf
-        )
+        cap = self.evaluator.step_that_matters(goal.time_cap_s)
         if cap != self.tables_cap:
             if self.evaluator.equal:
                 self.tables.rates_per_cell(cap)
@@ -264,7 +260,7 @@ class TreeSearch:
                     for a in range(0, len(opts), CHILD_CHUNK):
                         self._score_only(root, opts[a : a + CHILD_CHUNK])
             if math.isfinite(self.best):
-                top = self.best / (self.evaluator.steps * self.evaluator.least_rank_factor)
+                top = self.evaluator.step_that_matters(self.best)
         if math.isfinite(self.tables.cap_s):
             top = min(top, self.tables.cap_s)
         if self.goal.minimise in OPTIMISED and top != self.grid_top:
@@ -380,7 +376,7 @@ class TreeSearch:
         self._score_only(node, opts)
         if self.goal.minimise == "all":
             return np.zeros((len(opts), len(BOUNDS)))  # nothing is pruned: no bound
-        return self.descendants.bounds(node, opts, self._exact_theta())
+        return self.descendants.bounds(node, opts, self._ranked_that_matters())
 
     def _score_only(self, node: Node, opts: IntArray) -> None:
         """Score the layouts ``node`` + each option (exact apportioning) and record them."""
@@ -435,15 +431,13 @@ class TreeSearch:
                 (self.best, self.best_second), (float(first[j]), float(second[j]))
             )
 
-    def _exact_theta(self) -> float:
-        """The inner step a subtree must undercut to matter: the time cap's, and when
-        minimising time the incumbent's (inner step ≤ ranked time / (steps × the least
-        factor))."""
-        theta = self.tables.cap_s
+    def _ranked_that_matters(self) -> float:
+        """The ranked time a descendant must not exceed to matter: the time cap, and when
+        minimising time the incumbent's (`Evaluator.step_that_matters` turns it into the
+        inner step a subtree must undercut)."""
         if self.goal.minimise == "time" and math.isfinite(self.best):
-            ev = self.evaluator
-            theta = min(theta, self.best / (ev.steps * ev.least_rank_factor))
-        return theta
+            return min(self.goal.time_cap_s, self.best)
+        return self.goal.time_cap_s
 
     def _pruned(self, lb: FloatArray) -> BoolArray:
         """Which children's descendants cannot matter, from their (… × 4) lower bounds."""

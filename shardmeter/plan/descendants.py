@@ -93,9 +93,7 @@ class DescendantBounds:
         """The cheapest option of the pools from each position on."""
         self.min_watts_after = self._least_after(t.facility_watts, groups)
         self.min_co2_rate_after = self._least_after(t.co2_kg_per_hour, groups)
-        gpn = evaluator.outer.gpus_per_node
-        self.min_rails = float((t.ranks / gpn[t.pool]).min(initial=1.0))
-        """The fewest node networks any island fills (the worst outer all_reduce)."""
+        self.min_rails = evaluator.min_rails
         self._cells_cache: dict[int, IntArray] = {}
 
     def _least_after(self, values: FloatArray, groups: Sequence[IntArray]) -> FloatArray:
@@ -106,14 +104,16 @@ class DescendantBounds:
             out[j] = min(out[j + 1], float(here.min()) if len(here) else math.inf)
         return out
 
-    def bounds(self, node: Node, opts: IntArray, theta: float) -> FloatArray:
+    def bounds(self, node: Node, opts: IntArray, ranked_s: float) -> FloatArray:
         """(children × 4) ranked lower bounds on (time, cost, energy, CO₂e) of the
-        descendants of each child ``node`` + option (`BOUNDS`); ``theta``: the inner step a
-        descendant must undercut to matter (weighted runtime's exact capacity test), inf for
+        descendants of each child ``node`` + option (`BOUNDS`); ``ranked_s``: the ranked time
+        a descendant must not exceed to matter (its inner step then undercuts
+        `Evaluator.step_that_matters`: weighted runtime's exact capacity test), inf for
         none."""
         ev = self.evaluator
         t = ev.table
         n = len(opts)
+        theta = min(self.tables.cap_s, ev.step_that_matters(ranked_s))
         pos = self.position[opts]
         islands = node.islands + t.islands[opts]
         rate = node.rate + t.usd_per_hour[opts]
@@ -121,8 +121,6 @@ class DescendantBounds:
         has_more = (pos + 1 < self.n_pools) & (islands < self.kmax)
         if not has_more.any():
             return np.full((n, len(BOUNDS)), math.inf)
-        # the least factor of any descendant (it has more islands than the child)
-        f_min = ev.quality.least_factor(islands + 1) if ev.quality_adjusted else np.ones(len(opts))
         dead = np.zeros(n, dtype=bool)
         if ev.equal:
             t_lb, rate_lb, product_lb, t_f, product_f = self._equal_bounds(
@@ -130,8 +128,12 @@ class DescendantBounds:
             )
         else:
             t_lb, rate_lb, t_f, f_theta, rate_f = self._weighted_bounds(
-                node, opts, pos, islands, rate, theta
+                node, opts, pos, islands, rate, theta, ranked_s
             )
+        # the least factor of any descendant: it has more islands than the child and an inner
+        # step of at least t_lb
+        f_min = ev.quality.least_factor(islands + 1, t_lb) if ev.quality_adjusted else np.ones(n)
+        if not ev.equal:
             # for the descendants that can matter; none can where f_theta is inf
             dead = ~np.isfinite(f_theta)
             f_min = np.where(dead, f_min, np.maximum(f_min, f_theta))
@@ -229,7 +231,7 @@ class DescendantBounds:
             product = np.where(finite, rate_c * theta, math.inf)
             product_lb[sel] = product.min(axis=1)
             if ev.quality_adjusted:
-                factor = ev.quality.least_factor(int(k) + m)[None, :]
+                factor = ev.quality.least_factor(int(k) + m[None, :], theta)
                 t_f[sel] = np.where(finite, theta * factor, math.inf).min(axis=1)
                 product_f[sel] = np.where(finite, product * factor, math.inf).min(axis=1)
             else:
@@ -255,15 +257,17 @@ class DescendantBounds:
         islands: IntArray,
         rate: FloatArray,
         theta: float,
+        ranked_s: float,
     ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray, FloatArray]:
         """Per child: (T, rate, T·f, f, rate·f) lower bounds of its descendants (weighted; see
         the module docstring). T·f: a descendant whose inner step lies in (θ_{i−1}, θ_i] of
         the bound grid processes at most what its islands can within θ_i, so it has at least
         the child's islands plus the fewest later islands that reach the batch there — and
-        the least factor of that many. f: the same at ``theta``, the step a descendant must
-        undercut to matter; rate·f: the least over m more islands of the cheapest rate m can
-        add × the factor of that many (0s when the objective is not quality-adjusted or
-        there is no such step: no bound beyond the least factor of one more island)."""
+        the least factor of that many at a step above θ_{i−1}. f: the same at ``theta``, the
+        step a descendant must undercut to matter (to rank at most ``ranked_s``); rate·f: the
+        least over m more islands of the cheapest rate m can add × the factor of that many
+        (0s when the objective is not quality-adjusted or there is no such step: no bound
+        beyond the least factor of one more island)."""
         ev = self.evaluator
         t = ev.table
         g = ev.grid
@@ -289,7 +293,9 @@ class DescendantBounds:
             fits = mine + tb.ms_exact[suffix, left] >= g.lo
             t_lb = np.where(fits, t_lb, np.maximum(t_lb, tb.theta_next))
             if ev.quality_adjusted:
-                f_theta = self._islands_that_matter(node, opts, islands, suffix, left, theta)
+                f_theta = self._islands_that_matter(
+                    node, opts, islands, suffix, left, ranked_s, t_lb
+                )
         t_lb = np.where(t_lb <= tb.cap_s * (1 + RELATIVE_TIE), t_lb, math.inf)
         t_f = np.zeros(len(opts))
         if ev.quality_adjusted:
@@ -311,7 +317,7 @@ class DescendantBounds:
             m = np.arange(tb.rate_table.shape[1])
             per_m = tb.rate_table[suffix[:, None], m[None, :], missing[:, None]]
             per_m = np.maximum(per_m, self.min_rate_after[suffix][:, None])
-            factor = ev.quality.least_factor(islands[:, None] + m[None, :])
+            factor = ev.quality.least_factor(islands[:, None] + m[None, :], t_lb[:, None])
             usable = (m[None, :] >= 1) & (m[None, :] <= left[:, None])
             rate_f = np.where(usable, (rate[:, None] + per_m) * factor, math.inf).min(axis=1)
         t_f = np.where(np.isfinite(t_lb), t_f, math.inf)
@@ -324,13 +330,14 @@ class DescendantBounds:
         islands: IntArray,
         suffix: IntArray,
         left: IntArray,
-        theta: float,
+        ranked_s: float,
+        t_lb: FloatArray,
     ) -> FloatArray:
         """The least factor of a descendant that matters: one with K islands matters only if
-        its inner step is at most θ_K = ``theta`` × the least factor ÷ K islands' least
-        factor (its ranked time would exceed what ``theta`` stands for otherwise), so it
-        reaches the batch within θ_K; the fewest more islands m for which some completion
-        does gives the bound (inf: no descendant matters)."""
+        its ranked time is at most ``ranked_s``, so only if its inner step is at most θ_K
+        (`Evaluator.step_that_matters` for K islands), so it reaches the batch within θ_K;
+        the fewest more islands m for which some completion does gives the bound, K's least
+        factor at an inner step of at least ``t_lb`` (inf: no descendant matters)."""
         ev = self.evaluator
         t = ev.table
         tb = self.tables
@@ -338,19 +345,20 @@ class DescendantBounds:
         n = len(opts)
         out = np.full(n, math.inf)
         found = np.zeros(n, dtype=bool)
-        for m in range(1, self.kmax + 1):
-            total = islands + m
-            for k_total in np.unique(total[(~found) & (m <= left)]):
-                f_k = float(ev.quality.least_factor(np.array([k_total]))[0])
-                theta_k = theta * ev.least_rank_factor / f_k
-                maxcell, ms = tb.capacities(theta_k)
-                within = np.flatnonzero(node.state <= theta_k)
-                have = int(within.max()) if len(within) else 0
-                sel = np.flatnonzero((total == k_total) & ~found & (m <= left))
-                reach = have + t.islands[opts[sel]] * maxcell[t.row[opts[sel]]]
-                ok = reach + ms[suffix[sel], m] >= lo
-                out[sel[ok]] = f_k
-                found[sel[ok]] = True
+        rows = t.row[opts]
+        # K islands in all, fewest first: each child's first K is its fewest more islands
+        for k_total in range(int(islands.min(initial=self.kmax)) + 1, self.kmax + 1):
+            sel = np.flatnonzero(~found & (islands < k_total))
+            if not len(sel):
+                continue
+            theta_k = ev.step_that_matters(ranked_s, k_total)
+            maxcell, ms = tb.capacities(theta_k)
+            within = np.flatnonzero(node.state <= theta_k)
+            have = int(within.max()) if len(within) else 0
+            reach = have + t.islands[opts[sel]] * maxcell[rows[sel]]
+            ok = sel[reach + ms[suffix[sel], k_total - islands[sel]] >= lo]
+            out[ok] = ev.quality.least_factor(np.full(len(ok), k_total), t_lb[ok])
+            found[ok] = True
             if found.all():
                 break
         return out
@@ -365,16 +373,28 @@ class DescendantBounds:
         lo: int,
     ) -> FloatArray:
         """min over the grid of max(θ_{i−1}, floor) × the least factor of the islands it takes
-        to reach ``lo`` cells within θ_i (see `_weighted_bounds`)."""
+        to reach ``lo`` cells within θ_i (see `_weighted_bounds`), at that step. The factor
+        grows with the islands and the step, and the fewest islands shrink as θ grows, so
+        this is the least over m more islands of the step below the first grid point where m
+        reach ``lo`` × the factor of m more: that first point found by bisection (what the
+        child's islands and m more can process grows with θ)."""
         tb = self.tables
-        ms = tb.ms_table[suffix]  # (children, more islands m, grid): the most cells
-        reach = own[:, None, :] + ms  # with m more islands, within θ_i
-        m = np.arange(ms.shape[1])
-        allowed = (m[None, :] >= 1) & (m[None, :] <= left[:, None])  # at least one more island
-        enough = (reach >= lo) & allowed[:, :, None]
-        some = enough.any(axis=1)  # (children, grid)
-        m_min = np.argmax(enough, axis=1)  # the fewest more islands, per grid point
-        factor = self.evaluator.quality.least_factor(islands[:, None] + m_min)
-        below = np.concatenate([[0.0], tb.theta[:-1]])[None, :]
-        bound = np.where(some, np.maximum(below, floor[:, None]) * factor, math.inf)
-        return np.asarray(bound.min(axis=1))
+        g = len(tb.theta)
+        n = len(own)
+        m = np.arange(1, self.kmax + 1)  # at least one more island
+        rows = np.arange(n)[:, None]
+        first = np.zeros((n, len(m)), dtype=np.int64)
+        end = np.full((n, len(m)), g, dtype=np.int64)
+        open_ = first < end
+        while open_.any():
+            mid = (first + end) // 2
+            at = np.minimum(mid, g - 1)
+            reach = own[rows, at] + tb.ms_table[suffix[:, None], m[None, :], at] >= lo
+            end = np.where(open_ & reach, mid, end)
+            first = np.where(open_ & ~reach, mid + 1, first)
+            open_ = first < end
+        below = np.concatenate([[0.0], tb.theta])  # θ_{i−1} at i, 0 at 0
+        step = np.maximum(below[first], floor[:, None])
+        factor = self.evaluator.quality.least_factor(islands[:, None] + m[None, :], step)
+        usable = (first < g) & (m[None, :] <= left[:, None])
+        return np.asarray(np.where(usable, step * factor, math.inf).min(axis=1))

@@ -24,6 +24,7 @@ is scored as:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 
@@ -183,19 +184,32 @@ class Evaluator:
             spec.model.training_flops_per_token(tr.seq_len_tokens) * tr.seq_len_tokens
         )
         self.outer = OuterModel(spec, contexts)
-        self.quality = QualityTable(spec, self.outer.hs, max_islands(spec))
+        rails = table.ranks / self.outer.gpus_per_node[table.pool]
+        self.min_rails = float(rails.min(initial=1.0))
+        """The fewest node networks any island fills (the worst outer all_reduce)."""
+        floors = self.outer.delay_floors(
+            max_islands(spec), self.min_rails, float(rails.max(initial=1.0))
+        )
+        self.quality = QualityTable(spec, self.outer.hs, max_islands(spec), floors)
         self.egress = EgressModel(spec, [c.pool for c in contexts])
         obj = spec.objective
         self.quality_adjusted = obj.quality_adjusted
-        self.least_rank_factor = (
-            float(self.quality.least_factor(np.array([2]))[0]) if obj.quality_adjusted else 1.0
-        )
-        """No layout the search bounds — one with two islands or more: single options are
-        scored, never bounded — has ranked figures below its raw ones × this."""
         self.co2_budget_kg = obj.co2_budget_kg if obj.co2_budget_kg is not None else np.inf
         self.least_co2_over_budget_kg = np.inf
         """The least ranked CO₂e of a layout the budget excluded (for the message when no
         plan is within it)."""
+
+    def step_that_matters(self, ranked_time_s: float, islands_at_least: int = 2) -> float:
+        """The longest inner step a layout of at least ``islands_at_least`` islands (two: any
+        the search bounds) can have with a ranked time of at most ``ranked_time_s``: time =
+        steps × (T + a non-negative outer overhead) × the ranked factor, which is at least
+        `QualityTable.least_factor` at T (1 when not quality-adjusted)."""
+        if not math.isfinite(ranked_time_s):
+            return math.inf
+        per_step = ranked_time_s / self.steps
+        if not self.quality_adjusted:
+            return per_step
+        return self.quality.step_that_matters(per_step, islands_at_least)
 
     # ---- the inner step ---------------------------------------------------------------------
     def step_times(self, choice: IntArray) -> FloatArray:

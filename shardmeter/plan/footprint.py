@@ -5,6 +5,7 @@ egress of its outer all_reduce (`shardmeter.cost.egress`)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -12,6 +13,7 @@ import numpy.typing as npt
 
 from shardmeter.cost.egress import BYTES_PER_GB, egress_bytes_per_site, site_egress_usd_per_gb
 from shardmeter.cost.quality_law import equivalent_token_factor, loss_penalty
+from shardmeter.plan.overhead import DelayFloors
 from shardmeter.plan.schema import PlanSpec
 from shardmeter.sim.scenario import outer_payload_bytes
 from shardmeter.spec.pool import PoolSpec
@@ -24,11 +26,23 @@ BoolArray = npt.NDArray[np.bool_]
 class QualityTable:
     """Penalty and equivalent-token factor for every island count 1…``max_islands`` and every
     syncEvery the settings rule may pick (``sync_everies``) at fragmentSyncDelay 0, with the
-    strategy's outer precision; other delays on demand (memoised). FSDP: none. The penalty
-    never falls as the delay grows (`shardmeter.cost.quality_outer`), so the τ = 0 table bounds
-    every layout."""
+    strategy's outer precision; other delays on demand (memoised). FSDP: none.
 
-    def __init__(self, spec: PlanSpec, sync_everies: Sequence[int], max_islands: int) -> None:
+    Bounds for the search: the least factor of any layout with at least m islands, over the
+    (H, τ) the settings rule can give it (``floors``, `shardmeter.plan.overhead.DelayFloors`;
+    without them τ = 0 at every H) — for any layout (`least_factor`) and for one whose inner
+    step exceeds ``hidden_above_s``, so that its outer all_reduce is hidden and, for Streaming
+    DiLoCo with two islands or more, overlapped by at least one inner step (τ ≥ 1), which
+    costs that share of its tokens. The penalty never falls as the delay grows
+    (`shardmeter.cost.quality_outer`), so each H's least τ bounds the factor at that H."""
+
+    def __init__(
+        self,
+        spec: PlanSpec,
+        sync_everies: Sequence[int],
+        max_islands: int,
+        floors: DelayFloors | None = None,
+    ) -> None:
         self.diloco = spec.strategy.is_diloco
         self.hs = np.array(sorted(set(sync_everies)), dtype=np.int64)
         self.params = float(spec.model.total_params)
@@ -42,9 +56,27 @@ class QualityTable:
             for m in range(1, max_islands + 1):
                 for j, h in enumerate(self.hs):
                     self.penalty[m, j], self.factor[m, j] = self.at(m, int(h), 0)
+        hs = [int(h) for h in self.hs]
+        if floors is None:
+            floors = DelayFloors(dict.fromkeys(hs, 0), dict.fromkeys(hs, 0), math.inf)
+        self.floors = floors
+        self.hidden_above_s = floors.hidden_above_s
+        least = self.factor.min(axis=1)  # one island: τ = 0 (nothing to hide)
+        hidden = np.full(max_islands + 1, math.inf)
+        if self.diloco:
+            for m in range(2, max_islands + 1):
+                least[m] = self._least(m, floors.any_plan)
+                hidden[m] = self._least(m, floors.hidden)
+        hidden[:2] = least[:2]
         # the least factor of any plan with at least m islands (a bound for the search)
-        self.least_from = np.minimum.accumulate(self.factor[::-1].min(axis=1))[::-1]
-        self.least = float(self.least_from[1]) if max_islands >= 1 else 1.0
+        self.least_from = np.minimum.accumulate(least[::-1])[::-1]
+        self.least_hidden_from = np.maximum(
+            np.minimum.accumulate(hidden[::-1])[::-1], self.least_from
+        )
+
+    def _least(self, islands: int, delays: dict[int, int]) -> float:
+        """The least factor of ``islands`` islands over the syncEvery H with their least τ."""
+        return min((self.at(islands, h, tau)[1] for h, tau in delays.items()), default=math.inf)
 
     def at(self, islands: int, sync_every: int, fragment_sync_delay: int) -> tuple[float, float]:
         """(penalty, factor) of one setting."""
@@ -83,9 +115,27 @@ class QualityTable:
             factor[delayed] = values[where.ravel(), 1]
         return penalty, factor
 
-    def least_factor(self, islands_at_least: IntArray) -> FloatArray:
-        """A lower bound on the factor of any layout with at least this many islands."""
-        return np.asarray(self.least_from[np.clip(islands_at_least, 0, len(self.least_from) - 1)])
+    def least_factor(
+        self, islands_at_least: IntArray, step_at_least_s: FloatArray | float | None = None
+    ) -> FloatArray:
+        """A lower bound on the factor of any layout with at least this many islands (and,
+        given, an inner step of at least ``step_at_least_s``; the arrays broadcast)."""
+        m = np.clip(islands_at_least, 0, len(self.least_from) - 1)
+        if step_at_least_s is None:
+            return np.asarray(self.least_from[m])
+        hidden = np.asarray(step_at_least_s) > self.hidden_above_s
+        return np.asarray(np.where(hidden, self.least_hidden_from[m], self.least_from[m]))
+
+    def step_that_matters(self, ranked_per_step_s: float, islands_at_least: int) -> float:
+        """The longest inner step T a layout of at least ``islands_at_least`` islands can have
+        and still rank at most ``ranked_per_step_s`` per inner step: T × its factor (at
+        least `least_factor` at T) ≤ that. Above ``hidden_above_s`` the hidden factor
+        applies."""
+        m = min(max(islands_at_least, 0), len(self.least_from) - 1)
+        hidden = ranked_per_step_s / float(self.least_hidden_from[m])
+        if hidden > self.hidden_above_s:
+            return hidden
+        return min(self.hidden_above_s, ranked_per_step_s / float(self.least_from[m]))
 
 
 class EgressModel:

@@ -13,6 +13,7 @@ takes them per fragment count). A test holds this against the scalar rule.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -37,6 +38,19 @@ IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
 CHUNK = 4096
+
+
+@dataclass(frozen=True)
+class DelayFloors:
+    """What the settings rule allows a plan of two islands or more (`OuterModel.delay_floors`):
+    per syncEvery H it can pick, the least fragmentSyncDelay τ it then takes — for any such plan
+    (``any_plan``) and for one whose outer all_reduce is hidden (``hidden``: zero blocking,
+    the rule's first choice). Every plan whose inner step exceeds ``hidden_above_s`` is
+    hidden (inf: none is known to be)."""
+
+    any_plan: dict[int, int]
+    hidden: dict[int, int]
+    hidden_above_s: float
 
 
 @dataclass
@@ -325,52 +339,113 @@ class OuterModel:
         return OuterResult(h_out, f_out, tau_out, blocking, found, overhead, ok)
 
     # ---- bounds -----------------------------------------------------------------------------
+    def _link_extremes(self) -> tuple[float, float, float, float]:
+        """(least, largest) latency and (least, largest) seconds per byte over every outer
+        path a plan can take (the WAN uplinks, each pool's fabric)."""
+        lats = np.concatenate([self.uplink_latency, self.fabric_latency])
+        lats = lats[np.isfinite(lats)]
+        ok = np.isfinite(self.uplink_bw)
+        wan_spb = 1.0 / (self.uplink_bw[ok] * self.uplink_efficiency[ok])
+        spbs = np.concatenate([wan_spb, self.fabric_spb])
+        return float(lats.min()), float(lats.max()), float(spbs.min()), float(spbs.max())
+
+    def _worst_all_reduce(self, max_islands: int, min_rails: float) -> FloatArray:
+        """Per fragment count (F − 1): the largest fragment's all_reduce on the worst outer
+        link (largest latency and seconds per byte, ``max_islands`` islands, the fewest rails
+        ``min_rails``): at least any plan's of at most ``max_islands`` islands."""
+        _, lat, _, spb = self._link_extremes()
+        k = np.full(1, float(max_islands))
+        rails = np.full(1, min(1.0, min_rails))
+        ar = self._all_reduce(np.full(1, lat), np.full(1, spb), rails, k, self.payload_max)
+        return np.asarray(ar[0])
+
+    def _legal(self, hv: int) -> tuple[BoolArray, IntArray]:
+        """Per fragment count at H = ``hv``: whether the rule may take it (torchft's H % F, a
+        pinned F, a pinned τ below H/F) and the longest delay it may take there (the pinned
+        τ, else min(H/F − 1, the guard-rail)), as both of `_chunk`'s passes allow."""
+        fcount = np.arange(1, self.layers + 1)
+        legal = hv % fcount == 0
+        if self.fixed_f is not None:
+            legal &= fcount == self.fixed_f
+        window = hv // fcount
+        if self.fixed_fragment_sync_delay is not None:
+            legal &= self.fixed_fragment_sync_delay < window
+            allowed = np.full(self.layers, self.fixed_fragment_sync_delay, dtype=np.int64)
+        else:
+            allowed = np.minimum(window - 1, self.delay_limit(hv)).astype(np.int64)
+        return legal & (allowed >= 0), allowed
+
+    def delay_floors(self, max_islands: int, min_rails: float, max_rails: float) -> DelayFloors:
+        """The least fragmentSyncDelay τ the rule gives a plan of two islands or more at each
+        syncEvery H (`DelayFloors`), for plans of at most ``max_islands`` islands whose
+        smallest island fills between ``min_rails`` and ``max_rails`` node networks.
+
+        Streaming DiLoCo, τ auto: where the outer all_reduce is hidden (`_chunk`'s first
+        pass) the rule takes a fragment count's shortest hiding delay, which is at least 1
+        when two islands' all_reduce on the best link (least latency and seconds per byte,
+        most rails) exceeds `BLOCKING_EPSILON_S` — so only an H with a legal F that allows
+        that delay; where it is not hidden (the second pass) min(H/F − 1, the guard-rail) for
+        a legal F. A pinned τ is every plan's τ. Every plan whose inner step T exceeds
+        ``hidden_above_s`` is hidden: the worst link's need (over-estimated by one, as in
+        `sync_every_upper`), T_ar/T + 1, fits the delay some legal H and F allow when
+        T > T_ar / that delay. Blocking DiLoCo: τ = 0 at every H, nothing taken as hidden."""
+        hs = [int(h) for h in self.hs]
+        if self.spec.strategy.kind is not StrategyKind.STREAMING_DILOCO:
+            zeros = dict.fromkeys(hs, 0)
+            return DelayFloors(zeros, zeros, math.inf)
+        lat, _, spb, _ = self._link_extremes()
+        rails = np.full(1, max(1.0, max_rails))
+        two = np.full(1, 2.0)
+        best = self._all_reduce(np.full(1, lat), np.full(1, spb), rails, two, self.payload_max)[0]
+        need = np.where(best > BLOCKING_EPSILON_S, 1, 0)
+        if self.fixed_fragment_sync_delay is not None:
+            need = np.full(self.layers, self.fixed_fragment_sync_delay)
+        worst = self._worst_all_reduce(max_islands, min_rails)
+        any_plan: dict[int, int] = {}
+        hidden: dict[int, int] = {}
+        above = math.inf
+        for hv in hs:
+            legal, allowed = self._legal(hv)
+            if not legal.any():
+                continue
+            least = int(allowed[legal].min())
+            fits = legal & (need <= allowed)
+            if fits.any():
+                hidden[hv] = int(need[fits].min())
+                least = min(least, hidden[hv])
+            any_plan[hv] = least
+            reach = legal & (allowed >= 1)
+            if reach.any():
+                above = min(above, float((worst[reach] / allowed[reach]).min()))
+        return DelayFloors(any_plan, hidden, above * (1 + 1e-9) if hidden else math.inf)
+
     def sync_every_upper(
         self, step_lb: FloatArray, max_islands: int, min_rails: float = 1.0
     ) -> FloatArray:
         """An upper bound on the ``sync_every`` the rule picks for any plan of at most
         ``max_islands`` islands whose inner step is at least ``step_lb``: the zero-blocking H
-        of the worst outer link (slowest latency and bandwidth, fewest rails ``min_rails``) (a plan with a faster all_reduce or a longer step is
-        zero-blocking at that H too, and the rule takes the smallest such H); the largest
-        candidate where even that blocks."""
+        of the worst outer link (largest latency and seconds per byte, fewest rails
+        ``min_rails``) (a plan with a faster all_reduce or a longer step is zero-blocking at
+        that H too, and the rule takes the smallest such H); the largest candidate where even
+        that blocks."""
         n = len(step_lb)
         h_max = float(max(self.hs))
         if not self.spec.strategy.is_diloco:
             return np.ones(n)
-        lats = np.concatenate([self.uplink_latency, self.fabric_latency])
-        lat = float(lats[np.isfinite(lats)].max())
-        ok = np.isfinite(self.uplink_bw)
-        wan_spb = list(1.0 / (self.uplink_bw[ok] * self.uplink_efficiency[ok]))
-        spb = float(np.max(np.concatenate([wan_spb, self.fabric_spb])))
-        k = np.full(1, float(max_islands))
-        rails = np.full(1, min(1.0, min_rails))
-        ar = self._all_reduce(np.full(1, lat), np.full(1, spb), rails, k, self.payload_max)[
-            0
-        ]  # (F,)
+        ar = self._worst_all_reduce(max_islands, min_rails)  # (F,)
         step = np.maximum(step_lb, 1e-30)
         if self.spec.strategy.kind is StrategyKind.DILOCO:
             out = np.full(n, h_max)
             for hv in sorted(self.hs, reverse=True):
                 out = np.where(ar[0] <= BLOCKING_DILOCO_OVERHEAD * hv * step, hv, out)
             return out
-        fcount = np.arange(1, self.layers + 1)
         # at least the delay the worst link needs (over-estimated by one: rounding-safe)
         fragment_sync_delay_need = (
             np.floor(np.minimum(ar[None, :] / step[:, None], 1e15)).astype(np.int64) + 1
         )
         out = np.full(n, h_max)
         for hv in sorted(self.hs, reverse=True):
-            legal = hv % fcount == 0
-            if self.fixed_f is not None:
-                legal &= fcount == self.fixed_f
-            window = hv // fcount
-            if self.fixed_fragment_sync_delay is not None:
-                legal &= self.fixed_fragment_sync_delay < window
-                ok = legal[None, :] & (fragment_sync_delay_need <= self.fixed_fragment_sync_delay)
-            else:
-                ok = legal[None, :] & (
-                    fragment_sync_delay_need
-                    <= np.minimum(window - 1, self.delay_limit(hv))[None, :]
-                )
+            legal, allowed = self._legal(hv)
+            ok = legal[None, :] & (fragment_sync_delay_need <= allowed[None, :])
             out = np.where(ok.any(axis=1), hv, out)
         return out
