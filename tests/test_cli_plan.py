@@ -155,3 +155,20 @@ def test_time_limit_flag_reports_the_gap(
     assert (
         "argument --time-limit: must be > 0 and ≤ 604800 seconds (got 0)" in capsys.readouterr().err
     )
+
+
+def test_a_plan_without_a_token_budget_says_it_is_priced_for_the_default(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Hours, cost and DiLoCo's quality price depend on the run's tokens: a plan file that
+    leaves ``training.totalTokens`` out is planned for the default and says so; one that sets
+    it does not."""
+    plan = yaml.safe_load(CASE.read_text())
+    del plan["training"]["totalTokens"]
+    path = tmp_path / "no-budget.yaml"
+    path.write_text(yaml.safe_dump(plan))
+    assert main(["plan", str(path), "--json"]) == 0
+    notes = json.loads(capsys.readouterr().out)["notes"]
+    assert any("training.totalTokens not given" in n and "1,000,000,000" in n for n in notes)
+    assert main(["plan", str(CASE), "--json"]) == 0
+    assert not any("totalTokens" in n for n in json.loads(capsys.readouterr().out)["notes"])

@@ -431,6 +431,7 @@ def _search_space(
         )
     notes += _exactness_notes(grid, contexts)
     notes += _guard_rail_notes(spec)
+    notes += _default_budget_notes(spec)
     stats = SearchStats(
         mode,
         tree.scored,
@@ -479,6 +480,17 @@ def _guard_rail_notes(spec: PlanSpec) -> list[str]:
             f"than strategy.maxMeasuredIslands ({strat.max_measured_islands}) replicas"
         ]
     return []
+
+
+def _default_budget_notes(spec: PlanSpec) -> list[str]:
+    """The token budget sets every plan's hours, cost, energy and DiLoCo's quality price; a
+    plan file that leaves it out is planned for the default, and says so."""
+    if "total_tokens" in spec.training.model_fields_set:
+        return []
+    return [
+        f"training.totalTokens not given: hours, cost, energy and the quality price are for "
+        f"the default {spec.training.total_tokens:,} tokens — set it to the run's budget"
+    ]
 
 
 def _exactness_notes(grid: BatchGrid, contexts: list[PoolContext]) -> list[str]:
