@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import copy
 import statistics
 import sys
 import tempfile
@@ -36,6 +35,8 @@ import kopf  # noqa: E402
 import yaml  # noqa: E402
 
 from operator_support import OPERATOR_NS, manifest  # noqa: E402
+from placement_support import ANNOTATIONS, OPT_IN, webhook_configurations  # noqa: E402
+from placement_support import jobset as annotated_jobset  # noqa: E402
 from shardmeter_operator.admission.annotations import parse  # noqa: E402
 from shardmeter_operator.admission.placement import place_jobset  # noqa: E402
 from shardmeter_operator.config import OperatorConfig  # noqa: E402
@@ -45,71 +46,13 @@ from support.admission import Admission, ca_bundle, self_signed_certificate  # n
 from support.cluster import EmulatedCluster, embedded_operator, running_emulator  # noqa: E402
 
 NS = "team-a"
-OPT_IN = {"shardmeter.io/auto-placement": "enabled"}
 POOLS = [manifest("gpupool-cluster-a.yaml"), manifest("gpupool-cluster-b.yaml")]
-PLAN = manifest("trainingplan.yaml")
-ANNOTATIONS = {  # the case study: both pools, the example TrainingPlan's settings
-    "shardmeter.io/placement": "auto",
-    "shardmeter.io/model": "llama-3.1-8b",
-    "shardmeter.io/total-tokens": "5e10",
-    "shardmeter.io/global-batch-tokens": "2097152",
-    "shardmeter.io/seq-len-tokens": "8192",
-    "shardmeter.io/activation-checkpointing": "full",
-    "shardmeter.io/quality-adjusted": "false",
-    "shardmeter.io/pools": "cluster-a,cluster-b",
-}
+CASE_STUDY = {**ANNOTATIONS, "shardmeter.io/pools": "cluster-a,cluster-b"}
+"""The case study: both pools, the example TrainingPlan's settings."""
 
 
 def jobset(name: str, tokens: int = 50_000_000_000) -> dict[str, Any]:
-    annotations = {**ANNOTATIONS, "shardmeter.io/total-tokens": str(tokens)}
-    return {
-        "apiVersion": "jobset.x-k8s.io/v1alpha2",
-        "kind": "JobSet",
-        "metadata": {"name": name, "namespace": NS, "annotations": annotations},
-        "spec": {
-            "replicatedJobs": [
-                {
-                    "name": "trainer",
-                    "replicas": 1,
-                    "template": copy.deepcopy(PLAN["spec"]["template"]),
-                }
-            ]
-        },
-    }
-
-
-def configurations(url: str, ca: str) -> list[dict[str, Any]]:
-    def hook(step: str) -> dict[str, Any]:
-        return {
-            "name": f"{step}-jobset.shardmeter.io",
-            "admissionReviewVersions": ["v1"],
-            "clientConfig": {"url": f"{url}/{step}-jobset", "caBundle": ca},
-            "rules": [
-                {
-                    "apiGroups": ["jobset.x-k8s.io"],
-                    "apiVersions": ["v1alpha2"],
-                    "operations": ["CREATE"],
-                    "resources": ["jobsets"],
-                }
-            ],
-            "failurePolicy": "Fail",
-            "sideEffects": "None",
-            "timeoutSeconds": 10,
-            "namespaceSelector": {"matchLabels": OPT_IN},
-        }
-
-    return [
-        {
-            "apiVersion": "admissionregistration.k8s.io/v1",
-            "kind": kind,
-            "metadata": {"name": "shardmeter"},
-            "webhooks": [hook(step)],
-        }
-        for kind, step in [
-            ("MutatingWebhookConfiguration", "place"),
-            ("ValidatingWebhookConfiguration", "check"),
-        ]
-    ]
+    return annotated_jobset(name, NS, **{**CASE_STUDY, "shardmeter.io/total-tokens": str(tokens)})
 
 
 def operator_config(cluster: EmulatedCluster, port: int, tmp: Path) -> OperatorConfig:
@@ -138,7 +81,7 @@ def show(what: str, seconds: list[float]) -> None:
 
 def pure(n: int) -> list[float]:
     pools = {p["metadata"]["name"]: PoolView(spec=p["spec"], status={}) for p in POOLS}
-    request = parse({**ANNOTATIONS, "shardmeter.io/total-tokens": "51000000000"})
+    request = parse({**CASE_STUDY, "shardmeter.io/total-tokens": "51000000000"})
     out = []
     for i in range(n):
         started = time.perf_counter()
@@ -170,7 +113,7 @@ async def through_the_api(
         admission = Admission.install(cluster.emulator)
         ns = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS, "labels": OPT_IN}}
         text = yaml.safe_dump_all(
-            [ns, *POOLS, *configurations(f"https://127.0.0.1:{port}", ca_bundle(crt))]
+            [ns, *POOLS, *webhook_configurations(f"https://127.0.0.1:{port}", ca=ca_bundle(crt))]
         )
         await cluster.kubectl("apply", "-f", "-", input=text)
         await cluster.wait_for(lambda: len(cluster.list("gpupools")) == 2)

@@ -52,6 +52,8 @@ from shardmeter.cost.quality_outer import (
     FRAGMENT_UPDATE_ALPHA,
     LAUNCHED_OUTER_LR,
     LAUNCHED_OUTER_MOMENTUM,
+    ROW_VALUES,
+    gaussian_row,
     overlap_efficiency,
     quantisation_efficiency,
     rounding_error,
@@ -238,6 +240,27 @@ def test_the_outer_precision_costs_what_its_rounding_noise_does() -> None:
     assert extra[Precision.FP32] == 0
     assert 0 < extra[Precision.BF16] < extra[Precision.INT8] < extra[Precision.FP8] < 1e-4
     assert 0.0008 < extra[Precision.FP4] < 0.002
+
+
+def test_the_rounding_error_is_what_torchs_own_casts_leave() -> None:
+    """ε against torch's casts, not our float grid: bf16 unscaled, fp8 E4M3 (torchft's format
+    on sm90) and int8 (its fallback; a float→int cast truncates) on the row scaled to the
+    format's maximum as torchft scales it. fp4 has no unpacked torch dtype to cast to."""
+    import torch
+
+    row = torch.tensor(gaussian_row(ROW_VALUES), dtype=torch.float64)
+    top = row.abs().max()
+
+    def left(x: torch.Tensor, dtype: torch.dtype) -> float:
+        q = x.float().to(dtype).double()
+        return math.sqrt(float(((q - x) ** 2).sum() / (x * x).sum()))
+
+    assert rounding_error(Precision.BF16) == pytest.approx(left(row, torch.bfloat16), rel=1e-9)
+    fp8 = left(row * 448 / top, torch.float8_e4m3fn)
+    assert rounding_error(Precision.FP8) == pytest.approx(fp8, rel=1e-9)
+    assert rounding_error(Precision.INT8) == pytest.approx(
+        left(row * 127 / top, torch.int8), rel=1e-9
+    )
     assert quantisation_efficiency(Precision.FP4) < quantisation_efficiency(Precision.FP8) < 1
 
 

@@ -92,7 +92,7 @@ def _float_round(
     return out
 
 
-def _gaussian_row(n: int) -> list[float]:
+def gaussian_row(n: int) -> list[float]:
     """n values at the Gaussian's quantiles (i − ½)/n: a deterministic row."""
     normal = NormalDist()
     return [normal.inv_cdf((i + 0.5) / n) for i in range(n)]
@@ -105,7 +105,7 @@ def rounding_error(precision: Precision, row_values: int = ROW_VALUES) -> float:
     √(Σ (q(x) − x)² / Σ x²). fp32: 0 (the pseudo-gradient's own dtype)."""
     if precision is Precision.FP32:
         return 0.0
-    row = _gaussian_row(row_values)
+    row = gaussian_row(row_values)
     top = max(abs(v) for v in row)
     if precision is Precision.BF16:
         q = _float_round(row, 7, -126, 3.0e38)

@@ -21,6 +21,7 @@ __all__ = [
     "canonical_order",
     "merge_frontier",
     "pareto_frontier",
+    "pick",
     "select",
 ]
 
@@ -55,58 +56,75 @@ def merge_frontier(a: Evaluation | None, b: Evaluation, pools: int) -> Evaluatio
     return pareto_frontier(Evaluation.concat([a, b], pools))
 
 
-def _first_least(order: npt.NDArray[np.int64], values: npt.NDArray[np.float64]) -> int:
+def first_least(order: npt.NDArray[np.int64], values: npt.NDArray[np.float64]) -> int:
     """The first index in ``order`` whose value is the least (exact ties: canonical order)."""
     least = values[order].min()
     return int(order[np.flatnonzero(values[order] == least)[0]])
 
 
+def pick(
+    evaluated: Evaluation,
+    spec: PlanSpec,
+    order: npt.NDArray[np.int64],
+    fastest_time_s: float,
+) -> int | None:
+    """The objective's choice among ``evaluated`` (``order``: `canonical_order`), the
+    throughput fraction taken of ``fastest_time_s``; None when no layout is within the budget
+    or the throughput fraction. Ties on the objective's figure go by the canonical order."""
+    obj = spec.objective
+    time_s, cost = evaluated.rank_time_s, evaluated.rank_cost_usd
+    if obj.kind is ObjectiveKind.MIN_TIME:
+        return int(order[0])
+    if obj.kind is ObjectiveKind.MIN_COST:
+        return first_least(order, cost)
+    if obj.kind is ObjectiveKind.MIN_ENERGY:
+        return first_least(order, evaluated.rank_energy_kwh)
+    if obj.kind is ObjectiveKind.MIN_CO2:
+        return first_least(order, evaluated.rank_co2_kg)
+    if obj.kind is ObjectiveKind.THROUGHPUT_FRACTION:
+        # throughput ≥ fraction × the best ⇔ time ≤ the fastest's time ÷ fraction
+        cap = fastest_time_s / (obj.throughput_fraction * (1 - RELATIVE_TIE))
+        within = order[time_s[order] <= cap]
+        return first_least(within, cost) if len(within) else None
+    if obj.kind is ObjectiveKind.COST_BUDGET:
+        assert obj.cost_budget_usd is not None
+        within = order[cost[order] <= obj.cost_budget_usd * (1 + RELATIVE_TIE)]
+        return int(within[0]) if len(within) else None
+    assert obj.time_budget_hours is not None
+    within = order[time_s[order] <= obj.time_budget_hours * 3600 * (1 + RELATIVE_TIE)]
+    return first_least(within, cost) if len(within) else None
+
+
 def select(
     evaluated: Evaluation, spec: PlanSpec, describe: Callable[[int], str] = str
 ) -> tuple[int, int]:
-    """(chosen, fastest): indices into ``evaluated`` (feasible layouts) for the objective.
-    Ties on the objective's figure go by the canonical order (time, cost, nodes, …). A budget
-    no plan meets is refused naming the fastest (or cheapest) plan, ``describe(index)``."""
+    """(chosen, fastest): indices into ``evaluated`` (feasible layouts) for the objective
+    (`pick`). A budget no plan meets is refused naming the fastest (or cheapest) plan,
+    ``describe(index)``."""
     obj = spec.objective
     order = canonical_order(evaluated)
     fastest = int(order[0])
     time_s, cost = evaluated.rank_time_s, evaluated.rank_cost_usd
-    if obj.kind is ObjectiveKind.MIN_TIME:
-        return fastest, fastest
-    if obj.kind is ObjectiveKind.MIN_COST:
-        return _first_least(order, cost), fastest
-    if obj.kind is ObjectiveKind.MIN_ENERGY:
-        return _first_least(order, evaluated.rank_energy_kwh), fastest
-    if obj.kind is ObjectiveKind.MIN_CO2:
-        return _first_least(order, evaluated.rank_co2_kg), fastest
-    if obj.kind is ObjectiveKind.THROUGHPUT_FRACTION:
-        # throughput ≥ fraction × the best ⇔ time ≤ the fastest's time ÷ fraction
-        cap = time_s[fastest] / (obj.throughput_fraction * (1 - RELATIVE_TIE))
-        within = order[time_s[order] <= cap]
-        return _first_least(within, cost), fastest
+    chosen = pick(evaluated, spec, order, float(time_s[fastest]))
+    if chosen is not None:
+        return chosen, fastest
     if obj.kind is ObjectiveKind.COST_BUDGET:
         assert obj.cost_budget_usd is not None
-        ok = order[cost[order] <= obj.cost_budget_usd * (1 + RELATIVE_TIE)]
-        if not len(ok):
-            cheapest = _first_least(order, cost)
-            raise InfeasibleError(
-                f"no plan costs ≤ ${obj.cost_budget_usd:,.0f}; the cheapest, "
-                f"{describe(cheapest)}, costs ${cost[cheapest]:,.0f}"
-                + (" to reach data-parallel's loss" if obj.quality_adjusted else "")
-                + " — raise "
-                "objective.costBudgetUsd",
-                "objective.costBudgetUsd",
-            )
-        return int(ok[0]), fastest
-    assert obj.time_budget_hours is not None
-    ok = order[time_s[order] <= obj.time_budget_hours * 3600 * (1 + RELATIVE_TIE)]
-    if not len(ok):
+        cheapest = first_least(order, cost)
         raise InfeasibleError(
-            f"no plan finishes within {obj.time_budget_hours:g} h; the fastest, "
-            f"{describe(fastest)}, takes {time_s[fastest] / 3600:,.4g} h"
+            f"no plan costs ≤ ${obj.cost_budget_usd:,.0f}; the cheapest, "
+            f"{describe(cheapest)}, costs ${cost[cheapest]:,.0f}"
             + (" to reach data-parallel's loss" if obj.quality_adjusted else "")
             + " — raise "
-            "objective.timeBudgetHours",
-            "objective.timeBudgetHours",
+            "objective.costBudgetUsd",
+            "objective.costBudgetUsd",
         )
-    return _first_least(ok, cost), fastest
+    assert obj.kind is ObjectiveKind.TIME_BUDGET and obj.time_budget_hours is not None
+    raise InfeasibleError(
+        f"no plan finishes within {obj.time_budget_hours:g} h; the fastest, "
+        f"{describe(fastest)}, takes {time_s[fastest] / 3600:,.4g} h"
+        + (" to reach data-parallel's loss" if obj.quality_adjusted else "")
+        + " — raise "
+        "objective.timeBudgetHours",
+        "objective.timeBudgetHours",
+    )

@@ -256,7 +256,6 @@ class OuterModel:
                 f"outer_step_s needs one column per fragment count 1…{self.layers} "
                 f"(got {outer_s.shape[1]})"
             )
-        fcount = np.arange(1, self.layers + 1)
         # the shortest delay hiding the slowest fragment (T_ar − τ·T ≤ eps), rounding-safe
         ratio = np.minimum((ar_max - BLOCKING_EPSILON_S) / safe[:, None], 1e15)
         fragment_sync_delay_need = np.maximum(np.ceil(ratio), 0).astype(np.int64)
@@ -268,22 +267,14 @@ class OuterModel:
         tau_out = np.zeros(n, dtype=np.int64)
         found = np.zeros(n, dtype=bool)
         for hv in self.hs:
-            legal = hv % fcount == 0
-            if self.fixed_f is not None:
-                legal &= fcount == self.fixed_f
-            window = hv // fcount
-            if self.fixed_fragment_sync_delay is not None:
-                legal &= self.fixed_fragment_sync_delay < window
-                tau_f = np.broadcast_to(
-                    np.full(self.layers, self.fixed_fragment_sync_delay), (n, self.layers)
-                )
-                hit_f = legal[None, :] & (
-                    fragment_sync_delay_need <= self.fixed_fragment_sync_delay
-                )
-            else:
-                tau_f = fragment_sync_delay_need
-                allowed = np.minimum(window - 1, self.delay_limit(hv))
-                hit_f = legal[None, :] & (fragment_sync_delay_need <= allowed[None, :])
+            legal, allowed = self._legal(hv)
+            # a pinned τ is taken as it is; auto takes the least that hides the all_reduce
+            tau_f = (
+                np.broadcast_to(allowed, (n, self.layers))
+                if self.fixed_fragment_sync_delay is not None
+                else fragment_sync_delay_need
+            )
+            hit_f = legal[None, :] & (fragment_sync_delay_need <= allowed[None, :])
             hit = hit_f.any(axis=1) & ~found
             first = self.preference[np.argmax(hit_f[:, self.preference], axis=1)]
             h_out = np.where(hit, hv, h_out)
@@ -307,15 +298,7 @@ class OuterModel:
             bt = np.zeros(m, dtype=np.int64)
             bb = np.zeros(m)
             for hv in self.hs:
-                legal = hv % fcount == 0
-                if self.fixed_f is not None:
-                    legal &= fcount == self.fixed_f
-                window = hv // fcount
-                if self.fixed_fragment_sync_delay is not None:
-                    fragment_sync_delays = np.full(self.layers, self.fixed_fragment_sync_delay)
-                else:
-                    fragment_sync_delays = np.minimum(window - 1, self.delay_limit(hv))
-                legal &= (fragment_sync_delays < window) & (fragment_sync_delays >= 0)
+                legal, fragment_sync_delays = self._legal(hv)
                 if not legal.any():
                     continue
                 blk = np.maximum(
@@ -362,7 +345,7 @@ class OuterModel:
     def _legal(self, hv: int) -> tuple[BoolArray, IntArray]:
         """Per fragment count at H = ``hv``: whether the rule may take it (torchft's H % F, a
         pinned F, a pinned τ below H/F) and the longest delay it may take there (the pinned
-        τ, else min(H/F − 1, the guard-rail)), as both of `_chunk`'s passes allow."""
+        τ, else min(H/F − 1, the guard-rail)): the one rule `_chunk`'s passes and the bounds use."""
         fcount = np.arange(1, self.layers + 1)
         legal = hv % fcount == 0
         if self.fixed_f is not None:

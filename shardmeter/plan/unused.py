@@ -19,10 +19,9 @@ from shardmeter.plan.evaluate import (
     NO_SETTINGS,
     NO_WAN_UPLINK,
     OVER_CO2_BUDGET,
-    RELATIVE_TIE,
     Evaluation,
 )
-from shardmeter.plan.frontier import canonical_order
+from shardmeter.plan.frontier import canonical_order, first_least, pick
 from shardmeter.plan.infeasible import no_option_reason
 from shardmeter.plan.options import max_islands
 from shardmeter.plan.result import PlanResult, PlanSummary, summarise
@@ -156,38 +155,33 @@ def _no_plan(result: PlanResult, extra: Evaluation | None) -> str:
     return "no feasible plan uses it: " + ("; ".join(parts) or "none meets the constraints")
 
 
+LOST_ON = {
+    ObjectiveKind.MIN_TIME: "time",
+    ObjectiveKind.MIN_COST: "cost",
+    ObjectiveKind.MIN_ENERGY: "energy",
+    ObjectiveKind.MIN_CO2: "co2",
+    ObjectiveKind.THROUGHPUT_FRACTION: "cost",
+    ObjectiveKind.COST_BUDGET: "time",
+    ObjectiveKind.TIME_BUDGET: "cost",
+}
+"""What a candidate the objective picks (`pick`) lost on against the chosen plan."""
+
+
 def _best(result: PlanResult, ev: Evaluation) -> tuple[int, str]:
-    """The candidate the objective would pick among ``ev`` (ties: the canonical order) and
-    what it lost on against the chosen plan."""
-    spec = result.output.spec
-    obj = spec.objective
+    """The candidate the objective would pick among ``ev`` (`pick`, the throughput fraction
+    taken of the chosen plan's fastest) and what it lost on against the chosen plan; none
+    within the throughput fraction or budget: the fastest (the cheapest for a cost budget),
+    which lost on that."""
+    kind = result.output.spec.objective.kind
     order = canonical_order(ev)
-    t, cost = ev.rank_time_s, ev.rank_cost_usd
-    first = int(order[0])
-
-    def least(values: np.ndarray, among: np.ndarray) -> int:
-        v = values[among]
-        return int(among[np.flatnonzero(v == v.min())[0]])
-
-    slack = 1 + RELATIVE_TIE
-    kind = obj.kind
-    if kind is ObjectiveKind.MIN_TIME:
-        return first, "time"
-    if kind is ObjectiveKind.MIN_COST:
-        return least(cost, order), "cost"
-    if kind is ObjectiveKind.MIN_ENERGY:
-        return least(ev.rank_energy_kwh, order), "energy"
-    if kind is ObjectiveKind.MIN_CO2:
-        return least(ev.rank_co2_kg, order), "co2"
+    i = pick(ev, result.output.spec, order, result.fastest.rank_hours * 3600)
+    if i is not None:
+        return i, LOST_ON[kind]
     if kind is ObjectiveKind.THROUGHPUT_FRACTION:
-        cap = result.fastest.rank_hours * 3600 / (obj.throughput_fraction * (1 - RELATIVE_TIE))
-        within = order[t[order] <= cap]
-        return (least(cost, within), "cost") if len(within) else (first, "throughput")
+        return int(order[0]), "throughput"
     if kind is ObjectiveKind.COST_BUDGET:
-        within = order[cost[order] <= float(obj.cost_budget_usd or np.inf) * slack]
-        return (int(within[0]), "time") if len(within) else (least(cost, order), "budget")
-    within = order[t[order] <= float(obj.time_budget_hours or np.inf) * 3600 * slack]
-    return (least(cost, within), "cost") if len(within) else (first, "budget")
+        return first_least(order, ev.rank_cost_usd), "budget"
+    return int(order[0]), "budget"
 
 
 # ---- the sentence ---------------------------------------------------------------------------

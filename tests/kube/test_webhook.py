@@ -1,6 +1,6 @@
 """The operator's placement webhook called by the real kube-apiserver over HTTPS, with the
 certificate the operator made itself (no cert-manager: it sets the ``caBundle`` of the chart's
-webhook configurations): an annotated JobSet and an annotated TrainingJob (Kubeflow Trainer's
+webhook configurations): an annotated JobSet and an annotated TrainJob (Kubeflow Trainer's
 own TrainJob CRD) are placed, and pass the real JobSet and Kueue webhooks that run after ours;
 what cannot run is denied naming the annotation; a configuration with another CA fails the
 call, as the server verifies the certificate."""
@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import copy
 import json
 import ssl
 from typing import Any
@@ -19,111 +18,14 @@ from cryptography import x509
 
 from kube_support import Kube, real_operator
 from operator_support import manifest
+from placement_support import OPT_IN, OTHER_MANAGER, jobset, trainjob, webhook_configurations
 from shardmeter_operator.admission.placement import PLACED_ANNOTATION, WORKLOAD_KIND_LABEL
 from support.realkube.pki import CertificateAuthority
 from support.realkube.processes import free_port
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(240)]
-OPT_IN = {"shardmeter.io/auto-placement": "enabled"}
-PLAN = manifest("trainingplan.yaml")
 POOL_A = manifest("gpupool-cluster-a.yaml")
-ANNOTATIONS = {
-    "shardmeter.io/placement": "auto",
-    "shardmeter.io/model": "llama-3.1-8b",
-    "shardmeter.io/total-tokens": "5e10",
-    "shardmeter.io/global-batch-tokens": "2097152",
-    "shardmeter.io/seq-len-tokens": "8192",
-    "shardmeter.io/activation-checkpointing": "full",
-    "shardmeter.io/quality-adjusted": "false",
-    "shardmeter.io/pools": "cluster-a",
-}
 KINDS = ("mutatingwebhookconfigurations", "validatingwebhookconfigurations")
-
-
-def jobset(name: str, namespace: str, **annotations: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "jobset.x-k8s.io/v1alpha2",
-        "kind": "JobSet",
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "labels": {"team": "llm"},
-            "annotations": {**ANNOTATIONS, **annotations},
-        },
-        "spec": {
-            "replicatedJobs": [
-                {
-                    "name": "trainer",
-                    "replicas": 1,
-                    "template": copy.deepcopy(PLAN["spec"]["template"]),
-                }
-            ]
-        },
-    }
-
-
-def trainjob(name: str, namespace: str, **annotations: str) -> dict[str, Any]:
-    (container,) = PLAN["spec"]["template"]["spec"]["template"]["spec"]["containers"]
-    return {
-        "apiVersion": "trainer.kubeflow.org/v1alpha1",
-        "kind": "TrainJob",
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "annotations": {**ANNOTATIONS, "shardmeter.io/strategy": "fsdp", **annotations},
-        },
-        "spec": {
-            "runtimeRef": {"name": "torch-distributed"},
-            "trainer": {
-                "image": container["image"],
-                "command": ["torchrun", "-m", "torchtitan.train"],
-                "args": [a for a in container["command"] if a.startswith(("--module", "--config"))],
-            },
-        },
-    }
-
-
-def configurations(name: str, url: str) -> list[dict[str, Any]]:
-    """The chart's webhook configurations (templates/webhook.yaml), pointed at ``url``."""
-
-    def hook(step: str, kind: str, group: str, version: str) -> dict[str, Any]:
-        return {
-            "name": f"{step}-{kind}.shardmeter.io",
-            "admissionReviewVersions": ["v1"],
-            "clientConfig": {"url": f"{url}/{step}-{kind}"},
-            "rules": [
-                {
-                    "apiGroups": [group],
-                    "apiVersions": [version],
-                    "operations": ["CREATE"] if step == "place" else ["CREATE", "UPDATE"],
-                    "resources": [f"{kind}s"],
-                    "scope": "Namespaced",
-                }
-            ],
-            "failurePolicy": "Fail",
-            "sideEffects": "None",
-            "timeoutSeconds": 10,
-            "namespaceSelector": {"matchLabels": OPT_IN},
-        }
-
-    def hooks(step: str) -> list[dict[str, Any]]:
-        return [
-            hook(step, "jobset", "jobset.x-k8s.io", "v1alpha2"),
-            hook(step, "trainjob", "trainer.kubeflow.org", "v1alpha1"),
-        ]
-
-    return [
-        {
-            "apiVersion": "admissionregistration.k8s.io/v1",
-            "kind": kind,
-            "metadata": {"name": name},
-            "webhooks": hooks(step),
-        }
-        for kind, step in (
-            ("MutatingWebhookConfiguration", "place"),
-            ("ValidatingWebhookConfiguration", "check"),
-        )
-    ]
 
 
 async def create(kube: Kube, body: dict[str, Any]) -> Any:
@@ -139,7 +41,7 @@ async def test_the_real_api_server_calls_the_operators_webhook_with_its_own_cert
     port = free_port()
     name = f"shardmeter-{ns}"  # the configurations are cluster-scoped: one per test
     async with real_operator(kube, namespaces=(ns,), admission_port=port, admission_inject_ca=name):
-        for config in configurations(name, f"https://127.0.0.1:{port}"):
+        for config in webhook_configurations(f"https://127.0.0.1:{port}", name=name):
             kube.apply(config)
 
         def bundles() -> set[str]:
@@ -185,26 +87,49 @@ async def test_the_real_api_server_calls_the_operators_webhook_with_its_own_cert
         assert 'admission webhook "place-jobset.shardmeter.io" denied the request' in done.stderr
         assert "shardmeter.io/total-tokens" in done.stderr
 
-        # a TrainJob (Kubeflow Trainer's CRD): one island, its shape in the trainer
+        # a TrainJob (Kubeflow Trainer's CRD): one island, its shape in the trainer; created,
+        # so both of its webhooks (place-, then check-trainjob: failurePolicy Fail) allowed it
         done = await create(kube, trainjob("tj", ns))
         assert done.returncode == 0, done.stderr
         got = kube.get("trainjobs", ns, "tj")
         assert got is not None
+        trainer = got["spec"]["trainer"]
         assert got["metadata"]["annotations"][PLACED_ANNOTATION] == "1×8×8 H200"
-        assert got["spec"]["trainer"]["numNodes"] == 8
-        assert got["spec"]["trainer"]["resourcesPerNode"] == {"limits": {"nvidia.com/gpu": "8"}}
-        (ours,) = [
-            p for p in got["spec"]["runtimePatches"] if p["manager"] == "shardmeter.io/placement"
+        assert trainer["numNodes"] == 8
+        assert trainer["resourcesPerNode"] == {"limits": {"nvidia.com/gpu": "8"}}
+        assert "--parallelism.data_parallel_shard_degree=64" in trainer["args"]
+        assert trainer["args"][:2] == [
+            "--module=shardmeter_torchtitan",
+            "--config=llama3_8b_torchft",
         ]
+        env = {e["name"] for e in trainer["env"]}
+        assert "SHARDMETER_PLAN" in env and "MASTER_ADDR" not in env  # Trainer's PET_* rendezvous
+        patches = {p["manager"]: p for p in got["spec"]["runtimePatches"]}
+        assert OTHER_MANAGER in patches  # another manager's entry is kept
+        assert "kueue.x-k8s.io/manager" in patches  # real Kueue's webhook adds its own
+        ours = patches["shardmeter.io/placement"]
         (node,) = ours["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]
-        assert (
-            node["template"]["spec"]["template"]["spec"]["nodeSelector"]
-            == (POOL_A["spec"]["nodeSelector"])
+        assert node["name"] == "node"
+        assert node["template"]["spec"]["template"]["spec"] == {
+            "nodeSelector": POOL_A["spec"]["nodeSelector"],
+            "tolerations": POOL_A["spec"]["tolerations"],
+        }
+        plan = await kube.wait_for(
+            lambda: (
+                (p := kube.get("trainingplans", ns, "tj"))
+                and p.get("status", {}).get("phase") == "Planned"
+                and p
+            ),
+            30,
         )
-        plan = await kube.wait_for(lambda: kube.get("trainingplans", ns, "tj"), 30)
+        assert plan["status"]["plan"] == "1×8×8 H200"
         assert plan["metadata"]["labels"][WORKLOAD_KIND_LABEL] == "TrainJob"
+        assert plan["metadata"]["ownerReferences"][0]["uid"] == got["metadata"]["uid"]
+        # what one island cannot express is refused, naming the annotation
         done = await create(kube, trainjob("many", ns, **{"shardmeter.io/max-islands": "4"}))
         assert done.returncode != 0 and "shardmeter.io/max-islands" in done.stderr
+        done = await create(kube, trainjob("diloco", ns, **{"shardmeter.io/strategy": "diloco"}))
+        assert done.returncode != 0 and "shardmeter.io/strategy" in done.stderr
 
         # the server verifies the certificate: another CA in the configuration fails the call
         other = base64.b64encode(CertificateAuthority("other").pem).decode()

@@ -9,7 +9,6 @@ import asyncio
 import copy
 import json
 import logging
-import socket
 import ssl
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ import structlog
 import structlog.testing
 
 from operator_support import apply, manifest, operator_cluster, status_of
+from placement_support import OPT_IN, PLAN, jobset, webhook_configurations
 from shardmeter_operator.admission.placement import (
     ADMITTED_LABEL,
     PLACED_ANNOTATION,
@@ -28,99 +28,12 @@ from shardmeter_operator.admission.placement import (
 from shardmeter_operator.render.labels import PLAN_LABEL
 from support.admission import Admission, ca_bundle, self_signed_certificate
 from support.cluster import EmulatedCluster
+from support.realkube.processes import free_port
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(120)]
 NS = "team-a"
-OPT_IN = {"shardmeter.io/auto-placement": "enabled"}
-PLAN = manifest("trainingplan.yaml")
 POOL_A = manifest("gpupool-cluster-a.yaml")
 POOL_B = manifest("gpupool-cluster-b.yaml")
-ANNOTATIONS = {
-    "shardmeter.io/placement": "auto",
-    "shardmeter.io/model": "llama-3.1-8b",
-    "shardmeter.io/total-tokens": "5e10",
-    "shardmeter.io/global-batch-tokens": "2097152",
-    "shardmeter.io/seq-len-tokens": "8192",
-    "shardmeter.io/activation-checkpointing": "full",
-    "shardmeter.io/quality-adjusted": "false",
-    "shardmeter.io/pools": "cluster-a",
-}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def jobset(name: str, namespace: str = NS, **annotations: str) -> dict[str, Any]:
-    """A JobSet as an ML engineer submits it: one replicated Job, the trainer's."""
-    return {
-        "apiVersion": "jobset.x-k8s.io/v1alpha2",
-        "kind": "JobSet",
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "labels": {"team": "llm"},
-            "annotations": {**ANNOTATIONS, **annotations},
-        },
-        "spec": {
-            "replicatedJobs": [
-                {
-                    "name": "trainer",
-                    "replicas": 1,
-                    "template": copy.deepcopy(PLAN["spec"]["template"]),
-                }
-            ]
-        },
-    }
-
-
-def webhook_configurations(
-    url: str, ca: str, *, failure: str = "Fail", timeout_s: int = 10
-) -> list[dict[str, Any]]:
-    """What the chart installs (deploy/helm/shardmeter/templates/webhook.yaml), with a URL."""
-
-    def hook(step: str, kind: str, group: str, version: str) -> dict[str, Any]:
-        return {
-            "name": f"{step}-{kind}.shardmeter.io",
-            "admissionReviewVersions": ["v1"],
-            "clientConfig": {"url": f"{url}/{step}-{kind}", **({"caBundle": ca} if ca else {})},
-            "rules": [
-                {
-                    "apiGroups": [group],
-                    "apiVersions": [version],
-                    "operations": ["CREATE"] if step == "place" else ["CREATE", "UPDATE"],
-                    "resources": [f"{kind}s"],
-                    "scope": "Namespaced",
-                }
-            ],
-            "failurePolicy": failure,
-            "sideEffects": "None",
-            "timeoutSeconds": timeout_s,
-            "namespaceSelector": {"matchLabels": OPT_IN},
-        }
-
-    def hooks(step: str) -> list[dict[str, Any]]:
-        return [
-            hook(step, "jobset", "jobset.x-k8s.io", "v1alpha2"),
-            hook(step, "trainjob", "trainer.kubeflow.org", "v1alpha1"),
-        ]
-
-    return [
-        {
-            "apiVersion": "admissionregistration.k8s.io/v1",
-            "kind": "MutatingWebhookConfiguration",
-            "metadata": {"name": "shardmeter"},
-            "webhooks": hooks("place"),
-        },
-        {
-            "apiVersion": "admissionregistration.k8s.io/v1",
-            "kind": "ValidatingWebhookConfiguration",
-            "metadata": {"name": "shardmeter"},
-            "webhooks": hooks("check"),
-        },
-    ]
 
 
 async def wait_listening(port: int, timeout_s: float = 10) -> None:
@@ -161,7 +74,7 @@ async def setup(cluster: EmulatedCluster, port: int, ca: str, **hooks: Any) -> A
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "elsewhere"}},
     ]
     await apply(cluster, *namespaces, POOL_A, POOL_B)
-    await apply(cluster, *webhook_configurations(f"https://127.0.0.1:{port}", ca, **hooks))
+    await apply(cluster, *webhook_configurations(f"https://127.0.0.1:{port}", ca=ca, **hooks))
     await wait_listening(port)
     await cluster.wait_for(lambda: len(cluster.list("gpupools")) == 2)
     return admission
@@ -348,87 +261,6 @@ async def test_out_of_time_fails_open_or_closed_as_configured(
                     stored is not None
                     and PLACED_ANNOTATION not in stored["metadata"]["annotations"]
                 )
-
-
-TRAINER_CRD = Path(__file__).resolve().parents[2] / "support" / "crds" / "trainer.kubeflow.org.yaml"
-
-
-def trainjob(name: str, **annotations: str) -> dict[str, Any]:
-    """A Kubeflow Trainer v2 TrainJob as an ML engineer submits it (the torch runtime)."""
-    (container,) = PLAN["spec"]["template"]["spec"]["template"]["spec"]["containers"]
-    return {
-        "apiVersion": "trainer.kubeflow.org/v1alpha1",
-        "kind": "TrainJob",
-        "metadata": {
-            "name": name,
-            "namespace": NS,
-            "annotations": {**ANNOTATIONS, "shardmeter.io/strategy": "fsdp", **annotations},
-        },
-        "spec": {
-            "runtimeRef": {"name": "torch-distributed"},
-            "trainer": {
-                "image": container["image"],
-                "command": ["torchrun", "-m", "torchtitan.train"],
-                "args": [a for a in container["command"] if a.startswith(("--module", "--config"))],
-            },
-            "runtimePatches": [{"manager": "kueue.x-k8s.io/manager", "trainingRuntimeSpec": {}}],
-        },
-    }
-
-
-async def test_a_trainjob_gets_a_runtime_patch_and_its_trainer_shape(tmp_path: Path) -> None:
-    cm, port, ca = await placing_cluster(tmp_path)
-    async with cm as cluster:
-        cluster.emulator.load_crds(TRAINER_CRD)  # kopf serves the kind once its CRD is there
-        admission = await setup(cluster, port, ca)
-
-        async def created() -> Any:
-            done = await create(cluster, trainjob("llama"))
-            return done if "has no handlers" not in done.stderr else None
-
-        done = await cluster.wait_for(created)
-        assert done.returncode == 0, done.stderr
-        got = json.loads(
-            (await cluster.kubectl("get", "trainjob", "llama", "-n", NS, "-o", "json")).stdout
-        )
-        trainer = got["spec"]["trainer"]
-        assert got["metadata"]["annotations"][PLACED_ANNOTATION] == "1×8×8 H200"
-        assert trainer["numNodes"] == 8
-        assert trainer["resourcesPerNode"] == {"limits": {"nvidia.com/gpu": "8"}}
-        assert "--parallelism.data_parallel_shard_degree=64" in trainer["args"]
-        assert trainer["args"][:2] == [
-            "--module=shardmeter_torchtitan",
-            "--config=llama3_8b_torchft",
-        ]
-        env = {e["name"] for e in trainer["env"]}
-        assert "SHARDMETER_PLAN" in env and "MASTER_ADDR" not in env  # Trainer's PET_* rendezvous
-        kueue, ours = got["spec"]["runtimePatches"]
-        assert kueue["manager"] == "kueue.x-k8s.io/manager"  # another manager's entry is kept
-        assert ours["manager"] == "shardmeter.io/placement"
-        (node,) = ours["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]
-        pod = node["template"]["spec"]["template"]["spec"]
-        assert node["name"] == "node"
-        assert pod == {
-            "nodeSelector": POOL_A["spec"]["nodeSelector"],
-            "tolerations": POOL_A["spec"]["tolerations"],
-        }
-        assert [r.webhook for r in admission.reviews][-2:] == [
-            "place-trainjob.shardmeter.io",
-            "check-trainjob.shardmeter.io",
-        ]
-        status = await status_of(
-            cluster, "trainingplans", NS, "llama", lambda s: s.get("phase") == "Planned"
-        )
-        assert status["plan"] == "1×8×8 H200"
-        plan = cluster.get("trainingplans", NS, "llama")
-        assert plan is not None and plan["metadata"]["labels"][WORKLOAD_KIND_LABEL] == "TrainJob"
-        assert plan["metadata"]["ownerReferences"][0]["uid"] == got["metadata"]["uid"]
-
-        # what one island cannot express is refused, naming the annotation
-        done = await create(cluster, trainjob("many", **{"shardmeter.io/max-islands": "4"}))
-        assert done.returncode != 0 and "shardmeter.io/max-islands" in done.stderr
-        done = await create(cluster, trainjob("diloco", **{"shardmeter.io/strategy": "diloco"}))
-        assert done.returncode != 0 and "shardmeter.io/strategy" in done.stderr
 
 
 async def test_the_self_signed_certificate_names_the_service_and_loads_with_its_password(
