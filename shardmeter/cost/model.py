@@ -170,6 +170,7 @@ class CostModel:
                 training.torch_compile,
                 training.torch_compile_loss,
                 training.precision is Precision.FP8,
+                training.attention_kernel,
             )
             if coefficients.source is Source.PRIOR
             else None
