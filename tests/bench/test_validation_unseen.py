@@ -9,8 +9,17 @@ from hypothesis import strategies as st
 
 from shardmeter_bench.compute.catalog import FULL_CPU, FULL_GPU, architecture_key, generate_catalog
 from shardmeter_bench.validation.hf_models import hf_family
-from shardmeter_bench.validation.measure import validation_cases, within_budget
+from shardmeter_bench.validation.measure import ValidationCase, validation_cases, within_budget
 from shardmeter_bench.validation.unseen import UNSEEN, interleave_schedule, unseen_cases
+
+
+def attention_kinds(cases: list[ValidationCase]) -> set[str]:
+    """Multi-head, multi-query or grouped-query attention, from each case's KV heads."""
+    return {
+        "mha" if c.spec.kv_heads == c.spec.num_attention_heads else
+        "mqa" if c.spec.kv_heads == 1 else "gqa"
+        for c in cases
+    }  # fmt: skip
 
 
 def test_unseen_suite_is_eight_llama_architectures_the_catalog_never_draws() -> None:
@@ -19,12 +28,7 @@ def test_unseen_suite_is_eight_llama_architectures_the_catalog_never_draws() -> 
     assert all(hf_family(c.spec) == "llama" for c in cases)
     widths = [c.spec.hidden_size for c in cases]
     assert min(widths) == 448 and max(widths) == 2048
-    kinds = {
-        "mha" if c.spec.kv_heads == c.spec.num_attention_heads else
-        "mqa" if c.spec.kv_heads == 1 else "gqa"
-        for c in cases
-    }  # fmt: skip
-    assert kinds == {"mha", "gqa", "mqa"}
+    assert attention_kinds(cases) == {"mha", "gqa", "mqa"}
     # the default CPU budget measures every one of them
     kept, left_out = within_budget(cases, FULL_CPU.max_process_bytes, 4)
     assert kept == cases and not left_out
@@ -59,12 +63,7 @@ def test_on_a_gpu_the_unseen_suite_is_training_sized_released_architectures() ->
     cases = unseen_cases("full", "cuda")
     widths = [c.spec.hidden_size for c in cases]
     assert min(widths) == 2048 and max(widths) == 8192
-    kinds = {
-        "mha" if c.spec.kv_heads == c.spec.num_attention_heads else
-        "mqa" if c.spec.kv_heads == 1 else "gqa"
-        for c in cases
-    }  # fmt: skip
-    assert kinds == {"mha", "gqa", "mqa"}
+    assert attention_kinds(cases) == {"mha", "gqa", "mqa"}
     tokens = {b * s for c in cases for b, s in c.sizes}
     assert min(tokens) == 4096 and max(tokens) == 16384
     catalog = generate_catalog(
